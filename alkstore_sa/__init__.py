@@ -1,0 +1,33 @@
+"""alkstore_sa: a PostgreSQL job queue built as a SQLAlchemy 2.x extension."""
+
+from ._errors import (
+    AlkstoreError,
+    FailJob,
+    HandleSpentError,
+    InvalidNameError,
+    RetryJob,
+    SchemaMissingError,
+    StoreClosedError,
+)
+from ._job import Job, SweepResult
+from ._opts import EnqueueOpts, QueueOpts
+from .store import JobHandle, Queue, Store
+
+__all__ = [
+    "AlkstoreError",
+    "EnqueueOpts",
+    "FailJob",
+    "HandleSpentError",
+    "InvalidNameError",
+    "Job",
+    "JobHandle",
+    "Queue",
+    "QueueOpts",
+    "RetryJob",
+    "SchemaMissingError",
+    "Store",
+    "StoreClosedError",
+    "SweepResult",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,69 @@
+"""Shared by the sync and async stores: engines, sessions, error mapping."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import URL, Engine
+from sqlalchemy.exc import ProgrammingError
+
+from . import _validate as v
+from ._errors import SchemaMissingError, StoreClosedError
+from ._url import normalize_url
+
+
+def check_engine(engine: object, expected: type, what: str) -> None:
+    if not isinstance(engine, expected):
+        raise TypeError(f"{what} takes a {expected.__name__}, got {type(engine).__name__}")
+    dialect = engine.dialect  # type: ignore[attr-defined]
+    if dialect.name != "postgresql":
+        raise ValueError(f"{what} needs a PostgreSQL engine, got dialect {dialect.name!r}")
+
+
+def url_for(url: str | URL) -> URL:
+    return normalize_url(url, source="url")
+
+
+class Lifecycle:
+    """The open/closed state every store face shares (SPEC Q29)."""
+
+    __slots__ = ("_closed", "schema")
+
+    def __init__(self, schema: object) -> None:
+        self.schema = v.schema_name(schema)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+
+    def close(self) -> bool:
+        """Mark closed; ``True`` the first time only."""
+        first = not self._closed
+        self._closed = True
+        return first
+
+
+@contextmanager
+def schema_errors(schema: str) -> Iterator[None]:
+    """A missing table means the migrations never ran: say so plainly."""
+    try:
+        yield
+    except ProgrammingError as exc:
+        if getattr(exc.orig, "sqlstate", None) == "42P01":  # undefined_table
+            raise SchemaMissingError(
+                f"no alkstore tables in schema {schema!r}: run `alkstore migrate` "
+                "(or `alembic upgrade head`) against this database"
+            ) from exc
+        raise
+
+
+def autocommit(engine: Engine) -> Engine:
+    # One statement per operation needs no BEGIN/COMMIT round trips; psycopg
+    # switches autocommit client-side, so this costs nothing per checkout.
+    return engine.execution_options(isolation_level="AUTOCOMMIT")

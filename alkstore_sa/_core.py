@@ -1,0 +1,228 @@
+"""Everything a queue operation does except fetch a connection.
+
+``QueueCore`` and ``HandleCore`` validate arguments (before any SQL) and
+return a *call*: a function of one sync ``Connection`` that runs the
+operation in ``ops``.  The sync faces run the call on a connection directly;
+the async faces hand it to ``run_sync``.  So each rule lives here or in
+``ops``/``sql`` once, and both APIs obey it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection
+
+from . import _validate as v
+from . import ops
+from ._errors import HandleSpentError
+from ._job import Job, SweepResult
+from ._opts import EnqueueOpts, QueueOpts
+
+T = TypeVar("T")
+Call = Callable[[Connection], T]
+
+_rng = random.SystemRandom()
+
+
+def channel_for(schema: str, queue: str) -> str:
+    """The queue's wake channel: unique per (schema, queue), at most 63 bytes.
+
+    Readable ``schema.queue`` when it fits; otherwise ``#`` and a hash.  A
+    schema name is an identifier, so it never starts with ``#`` and the two
+    forms cannot collide.
+    """
+    readable = f"{schema}.{queue}"
+    if len(readable.encode("utf-8")) <= v.MAX_NAME_BYTES:
+        return readable
+    digest = hashlib.blake2b(f"{schema}\0{queue}".encode(), digest_size=16).hexdigest()
+    return f"#{digest}"
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a queue's statements go: its schema, name and wake channel."""
+
+    schema: str
+    queue: str
+    channel: str
+
+    @property
+    def execution_options(self) -> dict[str, Any]:
+        return {"schema_translate_map": {"alkstore": self.schema}}
+
+
+@dataclass(frozen=True, slots=True)
+class Stamps:
+    """An enqueue's options resolved over the queue's stamps (SPEC Q4)."""
+
+    priority: int
+    max_attempts: int
+    visibility_timeout: timedelta
+    run_at: datetime | None
+    delay: timedelta
+    expires_in: timedelta | None
+
+
+def resolve_stamps(queue: QueueOpts, job: EnqueueOpts | None) -> Stamps:
+    """SPEC Q4: job options over queue stamps; ``delay`` wins over ``run_at``.
+
+    The clock is read in SQL (once per statement), so this resolves only
+    what is relative to it: ``delay``/``expires_in`` stay intervals.
+    """
+    job = job or EnqueueOpts()
+    expires_in = job.expires_in if job.expires_in is not None else queue.expires_in
+    return Stamps(
+        priority=job.priority if job.priority is not None else queue.priority,
+        max_attempts=job.max_attempts if job.max_attempts is not None else queue.max_attempts,
+        visibility_timeout=_seconds(queue.visibility_timeout),
+        run_at=job.run_at if job.delay is None else None,
+        delay=_seconds(job.delay or 0),
+        expires_in=None if expires_in is None else _seconds(expires_in),
+    )
+
+
+def backoff_bounds(opts: QueueOpts, attempts: int) -> tuple[int, int]:
+    """SPEC Q17: the inclusive integer range a retry delay is drawn from.
+
+    ``d = min(retry_cap, retry_base * 2**(k-1))``; range ``[floor(d/2), floor(d)]``.
+    """
+    exponent = min(max(attempts, 1) - 1, 64)  # past 2**64 the cap has long won
+    d = min(float(_secs(opts.retry_cap)), float(_secs(opts.retry_base)) * 2.0**exponent)
+    return math.floor(d / 2), math.floor(d)
+
+
+def backoff_delay(opts: QueueOpts, attempts: int) -> int:
+    low, high = backoff_bounds(opts, attempts)
+    return _rng.randint(low, high)
+
+
+class QueueCore:
+    """A queue's validated identity and its operations as calls."""
+
+    __slots__ = ("name", "opts", "target")
+
+    def __init__(self, schema: str, name: object, opts: QueueOpts | None) -> None:
+        if opts is not None and not isinstance(opts, QueueOpts):
+            raise TypeError(f"opts must be QueueOpts, got {type(opts).__name__}")
+        self.name = v.queue_name(name)
+        self.opts = opts or QueueOpts()
+        self.target = Target(schema, self.name, channel_for(schema, self.name))
+
+    def enqueue_many(self, payloads: Iterable[object], opts: EnqueueOpts | None) -> Call[list[int]]:
+        if isinstance(payloads, bytes | bytearray | memoryview | str):
+            raise TypeError("enqueue_many takes an iterable of payloads, not a single payload")
+        if opts is not None and not isinstance(opts, EnqueueOpts):
+            raise TypeError(f"opts must be EnqueueOpts, got {type(opts).__name__}")
+        data = [v.payload(p) for p in payloads]
+        stamps = resolve_stamps(self.opts, opts)
+        return partial(ops.enqueue, target=self.target, payloads=data, stamps=stamps)
+
+    def enqueue(self, payload: object, opts: EnqueueOpts | None) -> Call[int]:
+        many = self.enqueue_many([v.payload(payload)], opts)
+        return lambda conn: many(conn)[0]
+
+    def claim(self, worker_id: object, n: object) -> Call[list[Job]] | None:
+        """``None`` for ``n <= 0``: the face returns ``[]`` and runs no SQL (SPEC Q13)."""
+        who = v.worker_id(worker_id)
+        size = v.integer(n, "n")
+        if size <= 0:
+            return None
+        return partial(ops.claim, target=self.target, worker_id=who, n=size)
+
+    def ack_batch(self, job_ids: Iterable[object]) -> Call[int] | None:
+        ids = v.job_ids(job_ids)
+        if not ids:
+            return None
+        return partial(ops.ack_batch, target=self.target, job_ids=ids)
+
+    def cancel(self, job_id: object) -> Call[bool]:
+        return partial(ops.cancel, target=self.target, job_id=v.job_id(job_id))
+
+    def get_job(self, job_id: object) -> Call[Job | None]:
+        return partial(ops.get_job, target=self.target, job_id=v.job_id(job_id))
+
+    def sweep_expired(self) -> Call[SweepResult]:
+        retention = self.opts.dead_letter_retention
+        return partial(
+            ops.sweep,
+            target=self.target,
+            retention=None if retention is None else _seconds(retention),
+        )
+
+
+class HandleCore:
+    """One claim of one job: its identity (id, attempts) and its one-shot state."""
+
+    __slots__ = ("_lock", "_spent", "job", "queue")
+
+    def __init__(self, queue: QueueCore, job: Job) -> None:
+        self.queue = queue
+        self.job = job
+        self._spent = False
+        self._lock = threading.Lock()
+
+    @property
+    def spent(self) -> bool:
+        return self._spent
+
+    def _check_unspent(self) -> None:
+        if self._spent:
+            raise HandleSpentError(f"job {self.job.id}: this handle already acked, retried or failed")
+
+    def _consuming(self, op: Call[T]) -> Call[T]:
+        """SPEC Q20: the call consumes the handle as it reaches the database."""
+
+        def run(conn: Connection) -> T:
+            with self._lock:
+                self._check_unspent()
+                self._spent = True
+            return op(conn)
+
+        return run
+
+    def _identity(self) -> dict[str, Any]:
+        return {"target": self.queue.target, "job_id": self.job.id, "attempts": self.job.attempts}
+
+    def ack(self) -> Call[bool]:
+        self._check_unspent()
+        return self._consuming(partial(ops.ack, **self._identity()))
+
+    def retry(self, error: object, delay: object) -> Call[bool]:
+        text = v.error_text(error)
+        if delay is None:
+            seconds: float = backoff_delay(self.queue.opts, self.job.attempts)
+        else:
+            seconds = v.duration(delay, "delay", allow_zero=True)
+        self._check_unspent()
+        return self._consuming(
+            partial(ops.retry, **self._identity(), delay=_seconds(seconds), error=text)
+        )
+
+    def fail(self, error: object) -> Call[bool]:
+        text = v.error_text(error)
+        self._check_unspent()
+        return self._consuming(partial(ops.fail, **self._identity(), error=text))
+
+    def heartbeat(self, extend: object) -> Call[bool] | None:
+        """``None`` when spent: the face returns ``False`` without SQL (SPEC Q20)."""
+        seconds = v.duration(extend, "extend")
+        if self._spent:
+            return None
+        return partial(ops.heartbeat, **self._identity(), extend=_seconds(seconds))
+
+
+def _secs(value: float | int | timedelta) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+def _seconds(value: float | int | timedelta) -> timedelta:
+    return value if isinstance(value, timedelta) else timedelta(seconds=value)

@@ -1,0 +1,62 @@
+"""The exception tree, drawn in one place.
+
+``AlkstoreError`` is the root of everything the library raises on its own
+account.  ``FailJob`` and ``RetryJob`` are not errors of the library: a
+worker's handler raises them to choose what happens to its job.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+__all__ = [
+    "AlkstoreError",
+    "FailJob",
+    "HandleSpentError",
+    "InvalidNameError",
+    "RetryJob",
+    "SchemaMissingError",
+    "StoreClosedError",
+]
+
+
+class AlkstoreError(Exception):
+    """Base class of the exceptions alkstore_sa raises."""
+
+
+class InvalidNameError(AlkstoreError, ValueError):
+    """A queue name, schema name or worker id that the rules refuse (SPEC Q2)."""
+
+
+class StoreClosedError(AlkstoreError):
+    """The store was closed; no queue operation runs after ``close()`` (SPEC Q29)."""
+
+
+class HandleSpentError(AlkstoreError):
+    """A second terminal operation (ack/retry/fail) on one job handle (SPEC Q20)."""
+
+
+class SchemaMissingError(AlkstoreError):
+    """The database has no alkstore tables in the expected schema.
+
+    Run ``alkstore migrate`` (or ``alembic upgrade head``) first.
+    """
+
+
+class FailJob(Exception):
+    """Raised by a worker handler to dead-letter its job at once."""
+
+    def __init__(self, error: str | None = None) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class RetryJob(Exception):
+    """Raised by a worker handler to retry its job, optionally after ``delay``."""
+
+    def __init__(
+        self, error: str | None = None, delay: float | int | timedelta | None = None
+    ) -> None:
+        super().__init__(error)
+        self.error = error
+        self.delay = delay

@@ -1,0 +1,61 @@
+"""Values handed back to callers: frozen, detached from any session."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal, NamedTuple
+
+__all__ = ["Job", "JobStatus", "SweepResult"]
+
+JobStatus = Literal["pending", "processing", "dead"]
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One job row as it was read (live or dead)."""
+
+    id: int
+    queue: str
+    payload: bytes
+    status: JobStatus
+    priority: int
+    run_at: datetime
+    attempts: int
+    max_attempts: int
+    visibility_timeout: float
+    expires_at: datetime | None
+    worker_id: str | None
+    claim_deadline: datetime | None
+    created_at: datetime
+    last_error: str | None
+    died_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any], status: JobStatus | None = None) -> Job:
+        vt = row["visibility_timeout"]
+        return cls(
+            id=row["id"],
+            queue=row["queue"],
+            payload=bytes(row["payload"]),
+            status=status or row["status"],
+            priority=row["priority"],
+            run_at=row["run_at"],
+            attempts=row["attempts"],
+            max_attempts=row["max_attempts"],
+            visibility_timeout=vt.total_seconds() if isinstance(vt, timedelta) else float(vt),
+            expires_at=row["expires_at"],
+            worker_id=row["worker_id"],
+            claim_deadline=row["claim_deadline"],
+            created_at=row["created_at"],
+            last_error=row["last_error"],
+            died_at=row.get("died_at"),
+        )
+
+
+class SweepResult(NamedTuple):
+    """What ``sweep_expired()`` did: rows moved to dead as expired, dead rows purged."""
+
+    expired: int
+    purged: int

@@ -1,0 +1,30 @@
+"""Alembic migrations shipped with the package (branch label ``alkstore``).
+
+The revisions read the target schema from ``-x alkstore_schema=NAME``, else
+the ``ALKSTORE_SCHEMA`` environment variable, else ``alkstore`` -- in our own
+environment and in a host application's alike.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .._validate import schema_name
+from ..schema import DEFAULT_SCHEMA
+
+__all__ = ["BRANCH", "VERSION_TABLE", "migration_schema"]
+
+BRANCH = "alkstore"
+VERSION_TABLE = "alkstore_alembic_version"
+
+
+def migration_schema() -> str:
+    """The schema the running migration targets (validated)."""
+    from alembic import context
+
+    name: str | None = None
+    try:
+        name = context.get_x_argument(as_dictionary=True).get("alkstore_schema")
+    except (AttributeError, NameError):  # not inside an Alembic run
+        name = None
+    return schema_name(name or os.environ.get("ALKSTORE_SCHEMA") or DEFAULT_SCHEMA)

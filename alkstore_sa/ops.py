@@ -1,0 +1,115 @@
+"""Each queue operation, written once, over a sync SQLAlchemy ``Connection``.
+
+The connection may be the store's own (autocommit), a ``Session``'s, or the
+sync side of an ``AsyncSession``/``AsyncConnection`` reached through
+``run_sync``; nothing here commits unless it owns the transaction.
+Arguments arrive validated (see ``_core``).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Executable, Result
+
+from ._job import Job, SweepResult
+from .sql import claim as claim_sql
+from .sql import enqueue as enqueue_sql
+from .sql import handle as handle_sql
+from .sql import queue as queue_sql
+
+if TYPE_CHECKING:
+    from ._core import Stamps, Target
+
+
+def _run(conn: Connection, target: Target, stmt: Executable, params: dict[str, Any]) -> Result[Any]:
+    return conn.execute(stmt, params, execution_options=target.execution_options)
+
+
+def enqueue(conn: Connection, *, target: Target, payloads: list[bytes], stamps: Stamps) -> list[int]:
+    if not payloads:
+        return []
+    params = {
+        "p_queue": target.queue,
+        "p_payloads": payloads,
+        "p_priority": stamps.priority,
+        "p_run_at": stamps.run_at,
+        "p_delay": stamps.delay,
+        "p_max_attempts": stamps.max_attempts,
+        "p_visibility_timeout": stamps.visibility_timeout,
+        "p_expires_in": stamps.expires_in,
+        "p_channel": target.channel,
+    }
+    return list(_run(conn, target, enqueue_sql.enqueue(), params).scalars())
+
+
+def claim(conn: Connection, *, target: Target, worker_id: str, n: int) -> list[Job]:
+    params = {"p_queue": target.queue, "p_worker_id": worker_id, "p_n": n}
+    rows = _run(conn, target, claim_sql.claim(), params).mappings().all()
+    jobs = [Job.from_row(row) for row in rows]
+    # UPDATE ... RETURNING has no order; hand jobs out in claim order (SPEC Q9).
+    jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+    return jobs
+
+
+def _held(job_id: int, attempts: int) -> dict[str, Any]:
+    return {"p_job_id": job_id, "p_attempts": attempts}
+
+
+def ack(conn: Connection, *, target: Target, job_id: int, attempts: int) -> bool:
+    result = _run(conn, target, handle_sql.ack(), _held(job_id, attempts))
+    return result.first() is not None
+
+
+def heartbeat(
+    conn: Connection, *, target: Target, job_id: int, attempts: int, extend: timedelta
+) -> bool:
+    params = {**_held(job_id, attempts), "p_extend": extend}
+    return _run(conn, target, handle_sql.heartbeat(), params).first() is not None
+
+
+def retry(
+    conn: Connection,
+    *,
+    target: Target,
+    job_id: int,
+    attempts: int,
+    delay: timedelta,
+    error: str | None,
+) -> bool:
+    params = {**_held(job_id, attempts), "p_delay": delay, "p_error": error}
+    return _run(conn, target, handle_sql.retry(), params).first() is not None
+
+
+def fail(conn: Connection, *, target: Target, job_id: int, attempts: int, error: str | None) -> bool:
+    params = {**_held(job_id, attempts), "p_error": error}
+    return _run(conn, target, handle_sql.fail(), params).first() is not None
+
+
+def ack_batch(conn: Connection, *, target: Target, job_ids: list[int]) -> int:
+    params = {"p_queue": target.queue, "p_job_ids": job_ids}
+    return len(_run(conn, target, queue_sql.ack_batch(), params).all())
+
+
+def cancel(conn: Connection, *, target: Target, job_id: int) -> bool:
+    params = {"p_queue": target.queue, "p_job_id": job_id}
+    return _run(conn, target, queue_sql.cancel(), params).first() is not None
+
+
+def get_job(conn: Connection, *, target: Target, job_id: int) -> Job | None:
+    params = {"p_queue": target.queue, "p_job_id": job_id}
+    row = _run(conn, target, queue_sql.get_job(), params).mappings().first()
+    return None if row is None else Job.from_row(row)
+
+
+def sweep(conn: Connection, *, target: Target, retention: timedelta | None) -> SweepResult:
+    """SPEC Q12 + Q25, in one transaction when the connection is the store's own."""
+    queue = {"p_queue": target.queue}
+    _run(conn, target, queue_sql.bury_lapsed(), queue).all()
+    expired = len(_run(conn, target, queue_sql.bury_expired(), queue).all())
+    purged = 0
+    if retention is not None:
+        params = {**queue, "p_retention": retention}
+        purged = len(_run(conn, target, queue_sql.purge_dead(), params).all())
+    return SweepResult(expired=expired, purged=purged)

@@ -1,0 +1,114 @@
+"""The package's tables, as SQLAlchemy Core, on one ``MetaData``.
+
+``schema="alkstore"`` is a placeholder: a ``Store(engine, schema=NAME)``
+maps it to ``NAME`` at run time with ``schema_translate_map``, and the
+migrations create the same tables in whichever schema they are told.
+
+The hot table, ``jobs``, holds only live work (pending or processing): an
+ack deletes the row and a dead job moves to ``dead_jobs``, so the claim
+indexes stay small however much history a queue has.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    Interval,
+    LargeBinary,
+    MetaData,
+    Table,
+    Text,
+    text,
+)
+
+__all__ = ["DEFAULT_SCHEMA", "dead_jobs", "jobs", "metadata"]
+
+DEFAULT_SCHEMA = "alkstore"
+
+metadata = MetaData(
+    schema=DEFAULT_SCHEMA,
+    naming_convention={
+        "ix": "%(table_name)s_%(column_0_N_name)s_ix",
+        "ck": "%(table_name)s_%(constraint_name)s_ck",
+        "pk": "%(table_name)s_pkey",
+    },
+)
+
+_TZ = DateTime(timezone=True)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("queue", Text, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("status", Text, nullable=False, server_default=text("'pending'")),
+    Column("priority", Integer, nullable=False, server_default=text("0")),
+    Column("run_at", _TZ, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("visibility_timeout", Interval, nullable=False),
+    Column("expires_at", _TZ),
+    Column("worker_id", Text),
+    Column("claim_deadline", _TZ),
+    Column("created_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
+    Column("last_error", Text),
+    CheckConstraint("status IN ('pending', 'processing')", name="status"),
+    CheckConstraint("attempts >= 0", name="attempts"),
+    CheckConstraint("max_attempts >= 1", name="max_attempts"),
+    CheckConstraint("visibility_timeout > interval '0'", name="visibility_timeout"),
+    CheckConstraint(
+        "status = 'pending' OR (worker_id IS NOT NULL AND claim_deadline IS NOT NULL)",
+        name="claimed",
+    ),
+    # The claim walks this in its ORDER BY (SPEC Q9) and stops at LIMIT.
+    Index(
+        "jobs_claim_ix",
+        "queue",
+        text("priority DESC"),
+        "run_at",
+        "id",
+        postgresql_where=text("status = 'pending'"),
+    ),
+    # Lapsed claims: reclaimed or dead-lettered before each claim (SPEC Q12).
+    Index(
+        "jobs_lapse_ix",
+        "queue",
+        "claim_deadline",
+        postgresql_where=text("status = 'processing'"),
+    ),
+    # sweep_expired() finds past-expiry rows without a scan (SPEC Q25).
+    Index(
+        "jobs_expiry_ix",
+        "queue",
+        "expires_at",
+        postgresql_where=text("expires_at IS NOT NULL"),
+    ),
+)
+
+dead_jobs = Table(
+    "dead_jobs",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("queue", Text, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("run_at", _TZ, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("visibility_timeout", Interval, nullable=False),
+    Column("expires_at", _TZ),
+    Column("worker_id", Text),
+    Column("claim_deadline", _TZ),
+    Column("created_at", _TZ, nullable=False),
+    Column("last_error", Text),
+    Column("died_at", _TZ, nullable=False),
+    # Retention purges walk this (SPEC Q25).
+    Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
+)

@@ -1,0 +1,77 @@
+"""Pieces every statement shares: the clock, the claim predicate, the dead move."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    ColumnElement,
+    CTE,
+    DateTime,
+    Integer,
+    Select,
+    Text,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+)
+
+from ..schema import dead_jobs, jobs
+
+# Deadlines and due times are judged against the statement's own start time
+# (SPEC "Shape"): the same for every row one statement touches, and not the
+# start of a caller's long transaction.
+NOW: ColumnElement[object] = func.statement_timestamp(type_=DateTime(timezone=True))
+
+LIVE_COLUMNS = [c.name for c in jobs.c]
+DEAD_COPY_COLUMNS = [c.name for c in dead_jobs.c if c.name not in ("last_error", "died_at")]
+
+
+def claim_is_held() -> ColumnElement[bool]:
+    """SPEC Q14: the row is processing, unexpired, and still this claim's.
+
+    A claim is (job id, attempts at the claim): a reclaim bumps attempts, so
+    an older handle of the same worker stops matching.
+    """
+    return and_(
+        jobs.c.id == bindparam("p_job_id", type_=jobs.c.id.type),
+        jobs.c.attempts == bindparam("p_attempts", type_=Integer),
+        jobs.c.status == "processing",
+        jobs.c.claim_deadline > NOW,
+    )
+
+
+def move_to_dead(
+    where: ColumnElement[bool] | Select[tuple[int]],
+    last_error: ColumnElement[str | None],
+    name: str,
+) -> CTE:
+    """DELETE the matching live rows and INSERT them into ``dead_jobs``.
+
+    ``where`` is either a predicate on ``jobs`` or a SELECT of ids (used where
+    the rows must be locked with SKIP LOCKED first).  Returns the INSERT as a
+    CTE whose rows are the buried ids; add it to a statement with
+    ``add_cte`` or select from it.  ``last_error`` may refer to the deleted
+    row's columns through ``moved_error()`` (the literal column name
+    ``last_error`` of the moved CTE).
+    """
+    condition = jobs.c.id.in_(where) if isinstance(where, Select) else where
+    moved = delete(jobs).where(condition).returning(*jobs.c).cte(f"{name}_moved")
+    source = select(
+        *(moved.c[col] for col in DEAD_COPY_COLUMNS),
+        last_error.label("last_error"),
+        NOW.label("died_at"),
+    )
+    return (
+        insert(dead_jobs)
+        .from_select([*DEAD_COPY_COLUMNS, "last_error", "died_at"], source)
+        .returning(dead_jobs.c.id)
+        .cte(name)
+    )
+
+
+def error_or(default: str) -> ColumnElement[str | None]:
+    """The caller's ``error`` parameter, else ``default`` (both bound, never pasted)."""
+    return func.coalesce(bindparam("p_error", type_=Text), literal(default, type_=Text))

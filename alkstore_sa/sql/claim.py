@@ -1,0 +1,110 @@
+"""The claim: one round trip that buries exhausted lapsed rows and hands out jobs.
+
+Shape (SPEC Q8-Q12)::
+
+    WITH exhausted_moved AS (DELETE lapsed rows with no attempts left RETURNING *),
+         exhausted AS (INSERT INTO dead_jobs SELECT ... FROM exhausted_moved),
+         due       AS (SELECT pending, due, unexpired rows ORDER BY priority DESC,
+                       run_at, id LIMIT :n FOR UPDATE SKIP LOCKED),
+         lapsed    AS (SELECT processing rows past their deadline with attempts
+                       left, same order, LIMIT :n FOR UPDATE SKIP LOCKED),
+         picked    AS (the first :n of due UNION ALL lapsed, same order)
+    UPDATE jobs SET status='processing', attempts=attempts+1, worker_id=:worker_id,
+                    claim_deadline=now+visibility_timeout
+    FROM picked WHERE jobs.id = picked.id RETURNING jobs.*
+
+Rows another transaction holds are skipped, never waited for.  Pending and
+lapsed rows are found through two partial indexes, each walked in claim
+order, so neither a backlog of dead rows nor of claimed work slows it.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    Integer,
+    Select,
+    Text,
+    Update,
+    bindparam,
+    literal,
+    or_,
+    select,
+    union_all,
+    update,
+)
+
+from ..schema import jobs
+from ._common import NOW, move_to_dead
+
+__all__ = ["LAPSED_EXHAUSTED_ERROR", "bury_lapsed_exhausted", "claim"]
+
+LAPSED_EXHAUSTED_ERROR = "max attempts exceeded"
+
+
+def _this_queue() -> ColumnElement[bool]:
+    return jobs.c.queue == bindparam("p_queue", type_=Text)
+
+
+def bury_lapsed_exhausted(name: str = "exhausted") -> CTE:
+    """Move this queue's lapsed claims with no attempts left to dead (SPEC Q12)."""
+    locked_ids: Select[tuple[int]] = (
+        select(jobs.c.id)
+        .where(
+            _this_queue(),
+            jobs.c.status == "processing",
+            jobs.c.claim_deadline <= NOW,
+            jobs.c.attempts >= jobs.c.max_attempts,
+        )
+        .with_for_update(skip_locked=True)
+    )
+    return move_to_dead(locked_ids, literal(LAPSED_EXHAUSTED_ERROR, type_=Text), name)
+
+
+def _candidates(*where: ColumnElement[bool], name: str) -> CTE:
+    return (
+        select(jobs.c.id, jobs.c.priority, jobs.c.run_at)
+        .where(
+            _this_queue(),
+            or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > NOW),
+            *where,
+        )
+        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+        .limit(bindparam("p_n", type_=Integer))
+        .with_for_update(skip_locked=True)
+        .cte(name)
+    )
+
+
+@cache
+def claim() -> Update:
+    """Claim up to ``:n`` jobs of ``:queue`` for ``:worker_id``; RETURNING the rows."""
+    due = _candidates(jobs.c.status == "pending", jobs.c.run_at <= NOW, name="due")
+    lapsed = _candidates(
+        jobs.c.status == "processing",
+        jobs.c.claim_deadline <= NOW,
+        jobs.c.attempts < jobs.c.max_attempts,
+        name="lapsed",
+    )
+    both = union_all(select(due), select(lapsed)).subquery("both")
+    picked = (
+        select(both.c.id)
+        .order_by(both.c.priority.desc(), both.c.run_at, both.c.id)
+        .limit(bindparam("p_n", type_=Integer))
+        .cte("picked")
+    )
+    return (
+        update(jobs)
+        .where(jobs.c.id == picked.c.id)
+        .values(
+            status="processing",
+            attempts=jobs.c.attempts + 1,
+            worker_id=bindparam("p_worker_id", type_=Text),
+            claim_deadline=NOW + jobs.c.visibility_timeout,
+        )
+        .returning(*jobs.c)
+        .add_cte(bury_lapsed_exhausted())
+    )

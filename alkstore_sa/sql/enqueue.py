@@ -1,0 +1,85 @@
+"""The enqueue statement: one INSERT for any number of payloads, one NOTIFY."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from sqlalchemy import (
+    ARRAY,
+    DateTime,
+    Integer,
+    Interval,
+    LargeBinary,
+    Select,
+    Text,
+    bindparam,
+    func,
+    insert,
+    literal,
+    select,
+    true,
+)
+
+from ..schema import jobs
+from ._common import NOW
+
+
+@cache
+def enqueue() -> Select[tuple[int]]:
+    """Insert ``:payloads`` in order, stamped alike, and wake ``:channel`` once.
+
+    Parameters: ``queue``, ``payloads`` (bytea[]), ``priority``,
+    ``run_at`` (absolute, or NULL), ``delay`` (interval; used when ``run_at``
+    is NULL), ``expires_in`` (interval or NULL), ``max_attempts``,
+    ``visibility_timeout`` (interval), ``channel``.
+
+    Every time is ``statement_timestamp()``: one clock read per enqueue
+    (SPEC Q4).  The NOTIFY lives in a CTE of the same statement, so it is
+    sent at commit and never for a rolled-back enqueue (SPEC Q7).  Returns
+    the new ids ascending, which is input order: identity values are drawn
+    in the order the ordered SELECT feeds the rows.
+    """
+    given = (
+        func.unnest(bindparam("p_payloads", type_=ARRAY(LargeBinary)))
+        .table_valued("payload", with_ordinality="ord")
+        .render_derived()
+    )
+    rows = select(
+        bindparam("p_queue", type_=Text),
+        given.c.payload,
+        bindparam("p_priority", type_=Integer),
+        func.coalesce(
+            bindparam("p_run_at", type_=DateTime(timezone=True)),
+            NOW + bindparam("p_delay", type_=Interval),
+        ),
+        bindparam("p_max_attempts", type_=Integer),
+        bindparam("p_visibility_timeout", type_=Interval),
+        NOW + bindparam("p_expires_in", type_=Interval),
+        NOW,
+    ).order_by(given.c.ord)
+    inserted = (
+        insert(jobs)
+        .from_select(
+            [
+                "queue",
+                "payload",
+                "priority",
+                "run_at",
+                "max_attempts",
+                "visibility_timeout",
+                "expires_at",
+                "created_at",
+            ],
+            rows,
+        )
+        .returning(jobs.c.id)
+        .cte("inserted")
+    )
+    wake = select(
+        func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label("woke")
+    ).cte("wake")
+    return (
+        select(inserted.c.id)
+        .select_from(inserted.join(wake, true()))
+        .order_by(inserted.c.id)
+    )

@@ -1,0 +1,124 @@
+"""Queue-wide statements: ack_batch, cancel, get_job, sweep (SPEC Q22-Q25)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    CompoundSelect,
+    DateTime,
+    Delete,
+    Interval,
+    Select,
+    Text,
+    any_,
+    bindparam,
+    delete,
+    literal,
+    null,
+    select,
+)
+
+from ..schema import dead_jobs, jobs
+from ._common import NOW, move_to_dead
+from .claim import bury_lapsed_exhausted
+
+__all__ = [
+    "EXPIRED_ERROR",
+    "ack_batch",
+    "bury_expired",
+    "bury_lapsed",
+    "cancel",
+    "get_job",
+    "purge_dead",
+]
+
+EXPIRED_ERROR = "expired"
+
+
+@cache
+def ack_batch() -> Delete:
+    """SPEC Q22: delete each ``:job_ids`` row this queue still holds unlapsed.
+
+    The Q14 predicate without the attempts clause: a batch ack has only ids.
+    """
+    return (
+        delete(jobs)
+        .where(
+            jobs.c.id == any_(bindparam("p_job_ids", type_=ARRAY(BigInteger))),
+            jobs.c.queue == bindparam("p_queue", type_=Text),
+            jobs.c.status == "processing",
+            jobs.c.claim_deadline > NOW,
+        )
+        .returning(jobs.c.id)
+    )
+
+
+@cache
+def cancel() -> Delete:
+    """SPEC Q23: delete a live row of this queue, whatever its state."""
+    return (
+        delete(jobs)
+        .where(
+            jobs.c.id == bindparam("p_job_id", type_=BigInteger),
+            jobs.c.queue == bindparam("p_queue", type_=Text),
+        )
+        .returning(jobs.c.id)
+    )
+
+
+@cache
+def get_job() -> CompoundSelect:
+    """SPEC Q24: the live row, else the dead one, with its status."""
+    job_id = bindparam("p_job_id", type_=BigInteger)
+    queue = bindparam("p_queue", type_=Text)
+    live = select(*jobs.c, null().cast(DateTime(timezone=True)).label("died_at")).where(
+        jobs.c.id == job_id, jobs.c.queue == queue
+    )
+    dead = select(
+        *(
+            literal("dead", type_=Text).label("status")
+            if col.name == "status"
+            else dead_jobs.c[col.name]
+            for col in jobs.c
+        ),
+        dead_jobs.c.died_at,
+    ).where(dead_jobs.c.id == job_id, dead_jobs.c.queue == queue)
+    return live.union_all(dead)
+
+
+@cache
+def bury_lapsed() -> Select[tuple[int]]:
+    """SPEC Q12 for sweep_expired(): exhausted lapsed claims to dead."""
+    buried = bury_lapsed_exhausted("buried")
+    return select(buried.c.id)
+
+
+@cache
+def bury_expired() -> Select[tuple[int]]:
+    """SPEC Q25: every past-expiry row of this queue, pending or processing, to dead."""
+    locked_ids = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.queue == bindparam("p_queue", type_=Text),
+            jobs.c.expires_at <= NOW,
+        )
+        .with_for_update(skip_locked=True)
+    )
+    buried = move_to_dead(locked_ids, literal(EXPIRED_ERROR, type_=Text), "buried")
+    return select(buried.c.id)
+
+
+@cache
+def purge_dead() -> Delete:
+    """SPEC Q25: drop this queue's dead rows older than ``:retention``."""
+    return (
+        delete(dead_jobs)
+        .where(
+            dead_jobs.c.queue == bindparam("p_queue", type_=Text),
+            dead_jobs.c.died_at < NOW - bindparam("p_retention", type_=Interval),
+        )
+        .returning(dead_jobs.c.id)
+    )

@@ -1,0 +1,202 @@
+"""The sync face: ``Store``, ``Queue``, ``JobHandle``.
+
+Each method validates through ``_core`` and runs the resulting call on a
+connection: the caller's (``session=``) or one of the store's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+from sqlalchemy import URL, Connection, Engine, create_engine
+from sqlalchemy.orm import Session
+
+from . import _connect
+from ._core import Call, HandleCore, QueueCore
+from ._job import Job, SweepResult
+from ._opts import EnqueueOpts, QueueOpts
+from .schema import DEFAULT_SCHEMA
+
+__all__ = ["JobHandle", "Queue", "Store"]
+
+T = TypeVar("T")
+SyncSession = Session | Connection
+
+
+class Store:
+    """A job store over a ``postgresql+psycopg`` engine and one schema."""
+
+    def __init__(self, engine: Engine, *, schema: str = DEFAULT_SCHEMA) -> None:
+        _connect.check_engine(engine, Engine, "Store")
+        self._life = _connect.Lifecycle(schema)
+        self.engine = engine
+        self._autocommit = _connect.autocommit(engine)
+        self._owns_engine = False
+
+    @classmethod
+    def from_url(cls, url: str | URL, *, schema: str = DEFAULT_SCHEMA, **engine_kw: Any) -> Store:
+        """A store that owns its engine (disposed on ``close()``)."""
+        engine_kw.setdefault("pool_pre_ping", True)
+        store = cls(create_engine(_connect.url_for(url), **engine_kw), schema=schema)
+        store._owns_engine = True
+        return store
+
+    @property
+    def schema(self) -> str:
+        return self._life.schema
+
+    @property
+    def closed(self) -> bool:
+        return self._life.closed
+
+    def queue(self, name: str, opts: QueueOpts | None = None) -> Queue:
+        """A handle on queue ``name``; validates, touches no database (SPEC Q1)."""
+        self._life.check_open()
+        return Queue(self, QueueCore(self.schema, name, opts))
+
+    def close(self) -> None:
+        if self._life.close() and self._owns_engine:
+            self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _run(self, call: Call[T], session: SyncSession | None = None, *, atomic: bool = False) -> T:
+        self._life.check_open()
+        with _connect.schema_errors(self.schema):
+            if session is None:
+                if atomic:
+                    with self.engine.begin() as conn:
+                        return call(conn)
+                with self._autocommit.connect() as conn:
+                    return call(conn)
+            if isinstance(session, Session):
+                return call(session.connection())
+            if isinstance(session, Connection):
+                return call(session)
+            raise TypeError(
+                f"session must be a Session or Connection, got {type(session).__name__}"
+            )
+
+
+class Queue:
+    """A queue handle: a name plus the stamps it puts on what it enqueues."""
+
+    __slots__ = ("_core", "_store")
+
+    def __init__(self, store: Store, core: QueueCore) -> None:
+        self._store = store
+        self._core = core
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    @property
+    def opts(self) -> QueueOpts:
+        return self._core.opts
+
+    @property
+    def channel(self) -> str:
+        """The wake channel (quote it as an identifier to LISTEN)."""
+        return self._core.target.channel
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r} schema={self._store.schema!r}>"
+
+    def enqueue(
+        self, payload: bytes, opts: EnqueueOpts | None = None, *, session: SyncSession | None = None
+    ) -> int:
+        self._store._life.check_open()
+        return self._store._run(self._core.enqueue(payload, opts), session)
+
+    def enqueue_many(
+        self,
+        payloads: Iterable[bytes],
+        opts: EnqueueOpts | None = None,
+        *,
+        session: SyncSession | None = None,
+    ) -> list[int]:
+        self._store._life.check_open()
+        return self._store._run(self._core.enqueue_many(payloads, opts), session)
+
+    def claim_one(self, worker_id: str) -> JobHandle | None:
+        handles = self.claim_batch(worker_id, 1)
+        return handles[0] if handles else None
+
+    def claim_batch(self, worker_id: str, n: int) -> list[JobHandle]:
+        self._store._life.check_open()
+        call = self._core.claim(worker_id, n)
+        if call is None:
+            return []
+        return [JobHandle(self._store, HandleCore(self._core, job)) for job in self._store._run(call)]
+
+    def ack_batch(self, job_ids: Iterable[int]) -> int:
+        self._store._life.check_open()
+        call = self._core.ack_batch(job_ids)
+        return 0 if call is None else self._store._run(call)
+
+    def cancel(self, job_id: int) -> bool:
+        self._store._life.check_open()
+        return self._store._run(self._core.cancel(job_id))
+
+    def get_job(self, job_id: int) -> Job | None:
+        self._store._life.check_open()
+        return self._store._run(self._core.get_job(job_id))
+
+    def sweep_expired(self) -> SweepResult:
+        self._store._life.check_open()
+        return self._store._run(self._core.sweep_expired(), atomic=True)
+
+
+class JobHandle:
+    """One claim of one job. Every op returns ``False`` once the claim is gone."""
+
+    __slots__ = ("_core", "_store")
+
+    def __init__(self, store: Store, core: HandleCore) -> None:
+        self._store = store
+        self._core = core
+
+    @property
+    def job(self) -> Job:
+        return self._core.job
+
+    @property
+    def id(self) -> int:
+        return self._core.job.id
+
+    @property
+    def payload(self) -> bytes:
+        return self._core.job.payload
+
+    def __repr__(self) -> str:
+        return f"<JobHandle job={self.id} attempt={self._core.job.attempts}>"
+
+    def ack(self, *, session: SyncSession | None = None) -> bool:
+        self._store._life.check_open()
+        return self._store._run(self._core.ack(), session)
+
+    def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
+        self._store._life.check_open()
+        return self._store._run(self._core.retry(error, delay))
+
+    def fail(self, error: str | None = None) -> bool:
+        self._store._life.check_open()
+        return self._store._run(self._core.fail(error))
+
+    def heartbeat(self, extend: float | timedelta) -> bool:
+        self._store._life.check_open()
+        call = self._core.heartbeat(extend)
+        return False if call is None else self._store._run(call)
