@@ -11,10 +11,14 @@ from ._errors import (
 )
 from ._job import Job, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
+from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
 from .store import JobHandle, Queue, Store
 
 __all__ = [
     "AlkstoreError",
+    "AsyncJobHandle",
+    "AsyncQueue",
+    "AsyncStore",
     "EnqueueOpts",
     "FailJob",
     "HandleSpentError",

@@ -176,7 +176,9 @@ class HandleCore:
 
     def _check_unspent(self) -> None:
         if self._spent:
-            raise HandleSpentError(f"job {self.job.id}: this handle already acked, retried or failed")
+            raise HandleSpentError(
+                f"job {self.job.id}: this handle already acked, retried or failed"
+            )
 
     def _consuming(self, op: Call[T]) -> Call[T]:
         """SPEC Q20: the call consumes the handle as it reaches the database."""

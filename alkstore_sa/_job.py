@@ -33,7 +33,7 @@ class Job:
     died_at: datetime | None
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any], status: JobStatus | None = None) -> Job:
+    def from_row(cls, row: Mapping[Any, Any], status: JobStatus | None = None) -> Job:
         vt = row["visibility_timeout"]
         return cls(
             id=row["id"],

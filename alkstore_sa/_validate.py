@@ -109,7 +109,9 @@ def aware_datetime(value: object, what: str) -> datetime:
 
 def payload(value: object) -> bytes:
     if not isinstance(value, bytes | bytearray | memoryview):
-        raise TypeError(f"payload must be bytes-like (bytes, bytearray, memoryview), got {value!r:.80}")
+        raise TypeError(
+            f"payload must be bytes-like (bytes, bytearray, memoryview), got {value!r:.80}"
+        )
     return bytes(value)
 
 

@@ -27,7 +27,9 @@ def _run(conn: Connection, target: Target, stmt: Executable, params: dict[str, A
     return conn.execute(stmt, params, execution_options=target.execution_options)
 
 
-def enqueue(conn: Connection, *, target: Target, payloads: list[bytes], stamps: Stamps) -> list[int]:
+def enqueue(
+    conn: Connection, *, target: Target, payloads: list[bytes], stamps: Stamps
+) -> list[int]:
     if not payloads:
         return []
     params = {
@@ -82,7 +84,9 @@ def retry(
     return _run(conn, target, handle_sql.retry(), params).first() is not None
 
 
-def fail(conn: Connection, *, target: Target, job_id: int, attempts: int, error: str | None) -> bool:
+def fail(
+    conn: Connection, *, target: Target, job_id: int, attempts: int, error: str | None
+) -> bool:
     params = {**_held(job_id, attempts), "p_error": error}
     return _run(conn, target, handle_sql.fail(), params).first() is not None
 

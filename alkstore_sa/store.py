@@ -140,7 +140,9 @@ class Queue:
         call = self._core.claim(worker_id, n)
         if call is None:
             return []
-        return [JobHandle(self._store, HandleCore(self._core, job)) for job in self._store._run(call)]
+        return [
+            JobHandle(self._store, HandleCore(self._core, job)) for job in self._store._run(call)
+        ]
 
     def ack_batch(self, job_ids: Iterable[int]) -> int:
         self._store._life.check_open()

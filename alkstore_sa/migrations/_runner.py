@@ -62,6 +62,3 @@ def _migrate(connection: Connection, schema: str) -> None:
     with context.begin_transaction():
         context.run_migrations()
     connection.commit()
-
-
-

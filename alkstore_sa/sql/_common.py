@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sqlalchemy import (
-    ColumnElement,
     CTE,
+    ColumnElement,
     DateTime,
     Integer,
     Select,

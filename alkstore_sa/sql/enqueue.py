@@ -78,8 +78,4 @@ def enqueue() -> Select[tuple[int]]:
     wake = select(
         func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label("woke")
     ).cte("wake")
-    return (
-        select(inserted.c.id)
-        .select_from(inserted.join(wake, true()))
-        .order_by(inserted.c.id)
-    )
+    return select(inserted.c.id).select_from(inserted.join(wake, true())).order_by(inserted.c.id)

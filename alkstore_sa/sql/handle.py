@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from functools import cache
 
-from sqlalchemy import Delete, Interval, Select, Text, Update, bindparam, delete, func, select, update
+from sqlalchemy import Interval, Select, Text, bindparam, delete, func, select, update
+from sqlalchemy.sql.dml import ReturningDelete, ReturningUpdate
 
 from ..schema import jobs
 from ._common import NOW, claim_is_held, error_or, move_to_dead
@@ -20,13 +21,13 @@ FAIL_DEFAULT_ERROR = "failed"
 
 
 @cache
-def ack() -> Delete:
+def ack() -> ReturningDelete[tuple[int]]:
     """SPEC Q16: an ack deletes the row."""
     return delete(jobs).where(claim_is_held()).returning(jobs.c.id)
 
 
 @cache
-def heartbeat() -> Update:
+def heartbeat() -> ReturningUpdate[tuple[int]]:
     """SPEC Q15: ``claim_deadline = now + :extend`` (absolute, not additive)."""
     return (
         update(jobs)

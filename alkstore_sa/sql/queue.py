@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from sqlalchemy import (
     ARRAY,
     BigInteger,
     CompoundSelect,
     DateTime,
-    Delete,
     Interval,
     Select,
     Text,
@@ -20,6 +20,7 @@ from sqlalchemy import (
     null,
     select,
 )
+from sqlalchemy.sql.dml import ReturningDelete
 
 from ..schema import dead_jobs, jobs
 from ._common import NOW, move_to_dead
@@ -39,7 +40,7 @@ EXPIRED_ERROR = "expired"
 
 
 @cache
-def ack_batch() -> Delete:
+def ack_batch() -> ReturningDelete[tuple[int]]:
     """SPEC Q22: delete each ``:job_ids`` row this queue still holds unlapsed.
 
     The Q14 predicate without the attempts clause: a batch ack has only ids.
@@ -57,7 +58,7 @@ def ack_batch() -> Delete:
 
 
 @cache
-def cancel() -> Delete:
+def cancel() -> ReturningDelete[tuple[int]]:
     """SPEC Q23: delete a live row of this queue, whatever its state."""
     return (
         delete(jobs)
@@ -70,7 +71,7 @@ def cancel() -> Delete:
 
 
 @cache
-def get_job() -> CompoundSelect:
+def get_job() -> CompoundSelect[Any]:
     """SPEC Q24: the live row, else the dead one, with its status."""
     job_id = bindparam("p_job_id", type_=BigInteger)
     queue = bindparam("p_queue", type_=Text)
@@ -112,7 +113,7 @@ def bury_expired() -> Select[tuple[int]]:
 
 
 @cache
-def purge_dead() -> Delete:
+def purge_dead() -> ReturningDelete[tuple[int]]:
     """SPEC Q25: drop this queue's dead rows older than ``:retention``."""
     return (
         delete(dead_jobs)

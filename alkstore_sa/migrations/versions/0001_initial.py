@@ -52,9 +52,7 @@ def upgrade() -> None:
         sa.CheckConstraint("status IN ('pending', 'processing')", name="jobs_status_ck"),
         sa.CheckConstraint("attempts >= 0", name="jobs_attempts_ck"),
         sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_ck"),
-        sa.CheckConstraint(
-            "visibility_timeout > interval '0'", name="jobs_visibility_timeout_ck"
-        ),
+        sa.CheckConstraint("visibility_timeout > interval '0'", name="jobs_visibility_timeout_ck"),
         sa.CheckConstraint(
             "status = 'pending' OR (worker_id IS NOT NULL AND claim_deadline IS NOT NULL)",
             name="jobs_claimed_ck",
@@ -101,9 +99,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="dead_jobs_pkey"),
         schema=schema,
     )
-    op.create_index(
-        "dead_jobs_queue_died_at_ix", "dead_jobs", ["queue", "died_at"], schema=schema
-    )
+    op.create_index("dead_jobs_queue_died_at_ix", "dead_jobs", ["queue", "died_at"], schema=schema)
 
 
 def downgrade() -> None:

@@ -1,0 +1,219 @@
+"""The asyncio face: ``AsyncStore``, ``AsyncQueue``, ``AsyncJobHandle``.
+
+A thin layer, like SQLAlchemy's own ``ext/asyncio``: every method validates
+through the same ``_core`` as the sync face and runs the same sync call
+through ``run_sync`` -- on the caller's ``AsyncSession``/``AsyncConnection``
+or on a connection of the store's own.  No rule is written here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, TypeVar
+
+from sqlalchemy import URL, Connection
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
+
+from . import _connect
+from ._core import Call, HandleCore, QueueCore
+from ._job import Job, SweepResult
+from ._opts import EnqueueOpts, QueueOpts
+from .schema import DEFAULT_SCHEMA
+
+__all__ = ["AsyncJobHandle", "AsyncQueue", "AsyncStore"]
+
+T = TypeVar("T")
+AsyncSessionLike = AsyncSession | AsyncConnection
+
+
+class AsyncStore:
+    """A job store over an ``AsyncEngine`` (``postgresql+psycopg``) and one schema."""
+
+    def __init__(self, engine: AsyncEngine, *, schema: str = DEFAULT_SCHEMA) -> None:
+        _connect.check_engine(engine, AsyncEngine, "AsyncStore")
+        self._life = _connect.Lifecycle(schema)
+        self.engine = engine
+        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._owns_engine = False
+
+    @classmethod
+    def from_url(
+        cls, url: str | URL, *, schema: str = DEFAULT_SCHEMA, **engine_kw: Any
+    ) -> AsyncStore:
+        """A store that owns its engine (disposed on ``close()``)."""
+        engine_kw.setdefault("pool_pre_ping", True)
+        store = cls(create_async_engine(_connect.url_for(url), **engine_kw), schema=schema)
+        store._owns_engine = True
+        return store
+
+    @property
+    def schema(self) -> str:
+        return self._life.schema
+
+    @property
+    def closed(self) -> bool:
+        return self._life.closed
+
+    def queue(self, name: str, opts: QueueOpts | None = None) -> AsyncQueue:
+        """A handle on queue ``name``; not awaitable: it touches no database (SPEC Q1)."""
+        self._life.check_open()
+        return AsyncQueue(self, QueueCore(self.schema, name, opts))
+
+    async def close(self) -> None:
+        if self._life.close() and self._owns_engine:
+            await self.engine.dispose()
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def _run(
+        self, call: Call[T], session: AsyncSessionLike | None = None, *, atomic: bool = False
+    ) -> T:
+        self._life.check_open()
+        with _connect.schema_errors(self.schema):
+            if session is None:
+                if atomic:
+                    async with self.engine.begin() as conn:
+                        return await conn.run_sync(call)
+                async with self._autocommit.connect() as conn:
+                    return await conn.run_sync(call)
+            if isinstance(session, AsyncSession):
+                return await session.run_sync(_on_session, call)
+            if isinstance(session, AsyncConnection):
+                return await session.run_sync(call)
+            raise TypeError(
+                f"session must be an AsyncSession or AsyncConnection, got {type(session).__name__}"
+            )
+
+
+def _on_session(session: Session, call: Call[T]) -> T:
+    connection: Connection = session.connection()
+    return call(connection)
+
+
+class AsyncQueue:
+    """The awaitable twin of ``Queue``."""
+
+    __slots__ = ("_core", "_store")
+
+    def __init__(self, store: AsyncStore, core: QueueCore) -> None:
+        self._store = store
+        self._core = core
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    @property
+    def opts(self) -> QueueOpts:
+        return self._core.opts
+
+    @property
+    def channel(self) -> str:
+        """The wake channel (quote it as an identifier to LISTEN)."""
+        return self._core.target.channel
+
+    def __repr__(self) -> str:
+        return f"<AsyncQueue {self.name!r} schema={self._store.schema!r}>"
+
+    async def enqueue(
+        self,
+        payload: bytes,
+        opts: EnqueueOpts | None = None,
+        *,
+        session: AsyncSessionLike | None = None,
+    ) -> int:
+        self._store._life.check_open()
+        return await self._store._run(self._core.enqueue(payload, opts), session)
+
+    async def enqueue_many(
+        self,
+        payloads: Iterable[bytes],
+        opts: EnqueueOpts | None = None,
+        *,
+        session: AsyncSessionLike | None = None,
+    ) -> list[int]:
+        self._store._life.check_open()
+        return await self._store._run(self._core.enqueue_many(payloads, opts), session)
+
+    async def claim_one(self, worker_id: str) -> AsyncJobHandle | None:
+        handles = await self.claim_batch(worker_id, 1)
+        return handles[0] if handles else None
+
+    async def claim_batch(self, worker_id: str, n: int) -> list[AsyncJobHandle]:
+        self._store._life.check_open()
+        call = self._core.claim(worker_id, n)
+        if call is None:
+            return []
+        jobs = await self._store._run(call)
+        return [AsyncJobHandle(self._store, HandleCore(self._core, job)) for job in jobs]
+
+    async def ack_batch(self, job_ids: Iterable[int]) -> int:
+        self._store._life.check_open()
+        call = self._core.ack_batch(job_ids)
+        return 0 if call is None else await self._store._run(call)
+
+    async def cancel(self, job_id: int) -> bool:
+        self._store._life.check_open()
+        return await self._store._run(self._core.cancel(job_id))
+
+    async def get_job(self, job_id: int) -> Job | None:
+        self._store._life.check_open()
+        return await self._store._run(self._core.get_job(job_id))
+
+    async def sweep_expired(self) -> SweepResult:
+        self._store._life.check_open()
+        return await self._store._run(self._core.sweep_expired(), atomic=True)
+
+
+class AsyncJobHandle:
+    """The awaitable twin of ``JobHandle``."""
+
+    __slots__ = ("_core", "_store")
+
+    def __init__(self, store: AsyncStore, core: HandleCore) -> None:
+        self._store = store
+        self._core = core
+
+    @property
+    def job(self) -> Job:
+        return self._core.job
+
+    @property
+    def id(self) -> int:
+        return self._core.job.id
+
+    @property
+    def payload(self) -> bytes:
+        return self._core.job.payload
+
+    def __repr__(self) -> str:
+        return f"<AsyncJobHandle job={self.id} attempt={self._core.job.attempts}>"
+
+    async def ack(self, *, session: AsyncSessionLike | None = None) -> bool:
+        self._store._life.check_open()
+        return await self._store._run(self._core.ack(), session)
+
+    async def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
+        self._store._life.check_open()
+        return await self._store._run(self._core.retry(error, delay))
+
+    async def fail(self, error: str | None = None) -> bool:
+        self._store._life.check_open()
+        return await self._store._run(self._core.fail(error))
+
+    async def heartbeat(self, extend: float | timedelta) -> bool:
+        self._store._life.check_open()
+        call = self._core.heartbeat(extend)
+        return False if call is None else await self._store._run(call)

