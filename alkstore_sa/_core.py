@@ -150,6 +150,20 @@ class QueueCore:
     def get_job(self, job_id: object) -> Call[Job | None]:
         return partial(ops.get_job, target=self.target, job_id=v.job_id(job_id))
 
+    # -- for the worker runtime: many claims per round trip -------------------
+
+    def ack_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
+        """Ack ``(job_id, attempts)`` claims still held; the call returns acked ids."""
+        return partial(ops.ack_held, target=self.target, claims=claims)
+
+    def heartbeat_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
+        """Extend held claims by each job's visibility timeout; returns extended ids."""
+        return partial(ops.heartbeat_held, target=self.target, claims=claims)
+
+    def release(self, job_id: int, attempts: int) -> Call[bool]:
+        """Give a held claim back: pending, due now, attempt not refunded (SPEC Q27)."""
+        return partial(ops.release, target=self.target, job_id=job_id, attempts=attempts)
+
     def sweep_expired(self) -> Call[SweepResult]:
         retention = self.opts.dead_letter_retention
         return partial(

@@ -91,6 +91,25 @@ def fail(
     return _run(conn, target, handle_sql.fail(), params).first() is not None
 
 
+def release(conn: Connection, *, target: Target, job_id: int, attempts: int) -> bool:
+    result = _run(conn, target, handle_sql.release(), _held(job_id, attempts))
+    return result.first() is not None
+
+
+def _claims(claims: list[tuple[int, int]]) -> dict[str, Any]:
+    return {"p_job_ids": [c[0] for c in claims], "p_attempts_list": [c[1] for c in claims]}
+
+
+def ack_held(conn: Connection, *, target: Target, claims: list[tuple[int, int]]) -> list[int]:
+    """Ack each ``(job_id, attempts)`` claim still held; returns the acked ids."""
+    return list(_run(conn, target, handle_sql.ack_held(), _claims(claims)).scalars())
+
+
+def heartbeat_held(conn: Connection, *, target: Target, claims: list[tuple[int, int]]) -> list[int]:
+    """Extend each claim still held by its job's visibility timeout; returns those ids."""
+    return list(_run(conn, target, handle_sql.heartbeat_held(), _claims(claims)).scalars())
+
+
 def ack_batch(conn: Connection, *, target: Target, job_ids: list[int]) -> int:
     params = {"p_queue": target.queue, "p_job_ids": job_ids}
     return len(_run(conn, target, queue_sql.ack_batch(), params).all())

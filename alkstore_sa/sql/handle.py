@@ -8,13 +8,37 @@ from __future__ import annotations
 
 from functools import cache
 
-from sqlalchemy import Interval, Select, Text, bindparam, delete, func, select, update
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    ColumnElement,
+    Integer,
+    Interval,
+    Select,
+    Text,
+    and_,
+    bindparam,
+    delete,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.sql.dml import ReturningDelete, ReturningUpdate
 
 from ..schema import jobs
 from ._common import NOW, claim_is_held, error_or, move_to_dead
 
-__all__ = ["RETRY_EXHAUSTED_ERROR", "FAIL_DEFAULT_ERROR", "ack", "fail", "heartbeat", "retry"]
+__all__ = [
+    "FAIL_DEFAULT_ERROR",
+    "RETRY_EXHAUSTED_ERROR",
+    "ack",
+    "ack_held",
+    "fail",
+    "heartbeat",
+    "heartbeat_held",
+    "release",
+    "retry",
+]
 
 RETRY_EXHAUSTED_ERROR = "max attempts exceeded"
 FAIL_DEFAULT_ERROR = "failed"
@@ -70,3 +94,54 @@ def fail() -> Select[tuple[int]]:
     """SPEC Q19: straight to dead, ``last_error`` = ``:error`` or ``failed``."""
     buried = move_to_dead(claim_is_held(), error_or(FAIL_DEFAULT_ERROR), "buried")
     return select(buried.c.id)
+
+
+def _claims_held() -> ColumnElement[bool]:
+    """SPEC Q14 for many claims at once: ``(id, attempts)`` pairs from two arrays."""
+    pairs = (
+        func.unnest(
+            bindparam("p_job_ids", type_=ARRAY(BigInteger)),
+            bindparam("p_attempts_list", type_=ARRAY(Integer)),
+        )
+        .table_valued("job_id", "attempts")
+        .render_derived()
+    )
+    mine = select(pairs.c.job_id).where(
+        pairs.c.job_id == jobs.c.id, pairs.c.attempts == jobs.c.attempts
+    )
+    return and_(mine.exists(), jobs.c.status == "processing", jobs.c.claim_deadline > NOW)
+
+
+@cache
+def ack_held() -> ReturningDelete[tuple[int]]:
+    """Ack many claims in one statement (the worker's batched acks).
+
+    Unlike ``ack_batch`` this checks each claim's attempts, so a job that
+    lapsed and was reclaimed elsewhere is never acked by its old claimant.
+    """
+    return delete(jobs).where(_claims_held()).returning(jobs.c.id)
+
+
+@cache
+def heartbeat_held() -> ReturningUpdate[tuple[int]]:
+    """Extend many claims by each job's own visibility timeout (worker heartbeats)."""
+    return (
+        update(jobs)
+        .where(_claims_held())
+        .values(claim_deadline=NOW + jobs.c.visibility_timeout)
+        .returning(jobs.c.id)
+    )
+
+
+@cache
+def release() -> ReturningUpdate[tuple[int]]:
+    """SPEC Q27: a worker giving up a claim at shutdown: pending, due now.
+
+    The attempt is not refunded; ``last_error`` is left as it was.
+    """
+    return (
+        update(jobs)
+        .where(claim_is_held())
+        .values(status="pending", run_at=NOW, worker_id=None, claim_deadline=None)
+        .returning(jobs.c.id)
+    )
