@@ -1,0 +1,112 @@
+"""The public surface is exactly ``__all__``, and each async twin matches its sync class."""
+
+from __future__ import annotations
+
+import inspect
+import types
+
+import pytest
+
+import alkstore_sa
+from alkstore_sa import (
+    AsyncJobHandle,
+    AsyncQueue,
+    AsyncStore,
+    JobHandle,
+    Queue,
+    Store,
+)
+
+SPEC_NAMES = {
+    "Store",
+    "AsyncStore",
+    "QueueOpts",
+    "EnqueueOpts",
+    "Job",
+    "JobHandle",
+    "AsyncJobHandle",
+    "SweepResult",
+    "Worker",
+    "AsyncWorker",
+    "FailJob",
+    "RetryJob",
+    "AlkstoreError",
+    "InvalidNameError",
+    "StoreClosedError",
+    "HandleSpentError",
+}
+
+
+def _public_attributes(module: types.ModuleType) -> set[str]:
+    return {
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_") and not isinstance(value, types.ModuleType)
+    }
+
+
+def test_all_is_exactly_the_public_surface() -> None:
+    assert set(alkstore_sa.__all__) == _public_attributes(alkstore_sa)
+    assert len(alkstore_sa.__all__) == len(set(alkstore_sa.__all__))
+
+
+def test_all_has_every_name_the_spec_promises() -> None:
+    assert set(alkstore_sa.__all__) >= SPEC_NAMES
+
+
+def test_package_is_typed() -> None:
+    from importlib.resources import files
+
+    assert files("alkstore_sa").joinpath("py.typed").is_file()
+
+
+def _members(cls: type) -> dict[str, object]:
+    return {
+        name: value
+        for name, value in inspect.getmembers(cls)
+        if not name.startswith("_") or name in ("__aenter__", "__aexit__")
+    }
+
+
+# Methods that differ between faces by design: sync context manager vs async one.
+_FACE_ONLY = {"__enter__", "__exit__", "__aenter__", "__aexit__"}
+
+
+@pytest.mark.parametrize(
+    ("sync_cls", "async_cls"),
+    [(Store, AsyncStore), (Queue, AsyncQueue), (JobHandle, AsyncJobHandle)],
+)
+def test_async_twin_has_same_public_names(sync_cls: type, async_cls: type) -> None:
+    sync_names = set(_members(sync_cls)) - _FACE_ONLY
+    async_names = set(_members(async_cls)) - _FACE_ONLY
+    assert sync_names == async_names
+
+
+@pytest.mark.parametrize(
+    ("sync_cls", "async_cls"),
+    [(Store, AsyncStore), (Queue, AsyncQueue), (JobHandle, AsyncJobHandle)],
+)
+def test_async_twin_methods_take_same_parameters(sync_cls: type, async_cls: type) -> None:
+    for name, sync_member in _members(sync_cls).items():
+        if name in _FACE_ONLY or not callable(sync_member) or isinstance(sync_member, type):
+            continue
+        async_member = getattr(async_cls, name)
+        sync_params = list(inspect.signature(sync_member).parameters.values())
+        async_params = list(inspect.signature(async_member).parameters.values())
+        # The first parameter (self/cls or the engine) differs only in its annotation.
+        strip = [(p.name, p.kind, p.default) for p in sync_params[1:]]
+        astrip = [(p.name, p.kind, p.default) for p in async_params[1:]]
+        assert strip == astrip, name
+
+
+@pytest.mark.parametrize("async_cls", [AsyncQueue, AsyncJobHandle])
+def test_every_async_operation_is_a_coroutine(async_cls: type) -> None:
+    for name, member in _members(async_cls).items():
+        if callable(member) and not isinstance(member, property):
+            assert inspect.iscoroutinefunction(member), name
+
+
+def test_async_store_queue_is_not_awaitable_but_close_is() -> None:
+    # SPEC Q1: queue() touches no database, so it is a plain method on both faces.
+    assert not inspect.iscoroutinefunction(AsyncStore.queue)
+    assert inspect.iscoroutinefunction(AsyncStore.close)
