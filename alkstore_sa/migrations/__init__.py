@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 
+from .._errors import InvalidNameError
 from .._validate import schema_name
 from ..schema import DEFAULT_SCHEMA
 
@@ -27,4 +28,12 @@ def migration_schema() -> str:
         name = context.get_x_argument(as_dictionary=True).get("alkstore_schema")
     except (AttributeError, NameError):  # not inside an Alembic run
         name = None
-    return schema_name(name or os.environ.get("ALKSTORE_SCHEMA") or DEFAULT_SCHEMA)
+    source = "-x alkstore_schema"
+    if not name:  # unset or empty: the next source decides
+        name, source = os.environ.get("ALKSTORE_SCHEMA"), "ALKSTORE_SCHEMA"
+    if not name:
+        return DEFAULT_SCHEMA
+    try:
+        return schema_name(name)
+    except InvalidNameError as exc:  # say where the bad name came from
+        raise InvalidNameError(f"alkstore: {source}: {exc}") from None

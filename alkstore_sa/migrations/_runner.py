@@ -11,6 +11,7 @@ from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 from sqlalchemy.schema import CreateSchema
 
+from alkstore_sa._errors import InvalidNameError
 from alkstore_sa._url import database_url_from_env, describe_connect_error, normalize_url
 from alkstore_sa.migrations import VERSION_TABLE, migration_schema
 from alkstore_sa.schema import metadata
@@ -18,7 +19,10 @@ from alkstore_sa.schema import metadata
 
 def run() -> None:
     config = context.config
-    schema = migration_schema()
+    try:
+        schema = migration_schema()
+    except InvalidNameError as exc:  # one line, not a traceback
+        raise SystemExit(str(exc)) from None
     given = config.attributes.get("connection")
     if given is not None:  # a caller (tests, the CLI) lends its own connection
         _migrate(given, schema)

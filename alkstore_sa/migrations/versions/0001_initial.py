@@ -26,6 +26,12 @@ depends_on: str | Sequence[str] | None = None
 TZ = sa.DateTime(timezone=True)
 
 
+# Every name goes through op.f(): Alembic would otherwise apply the running
+# environment's naming convention to it (ours doubles "jobs_status_ck" into
+# "jobs_jobs_status_ck_ck"; a host's would differ again), so the tables would
+# depend on whose env.py ran them.
+
+
 def upgrade() -> None:
     schema = migration_schema()
     # A host application's environment does not create our schema for us.
@@ -48,33 +54,35 @@ def upgrade() -> None:
             "created_at", TZ, nullable=False, server_default=sa.text("statement_timestamp()")
         ),
         sa.Column("last_error", sa.Text),
-        sa.PrimaryKeyConstraint("id", name="jobs_pkey"),
-        sa.CheckConstraint("status IN ('pending', 'processing')", name="jobs_status_ck"),
-        sa.CheckConstraint("attempts >= 0", name="jobs_attempts_ck"),
-        sa.CheckConstraint("max_attempts >= 1", name="jobs_max_attempts_ck"),
-        sa.CheckConstraint("visibility_timeout > interval '0'", name="jobs_visibility_timeout_ck"),
+        sa.PrimaryKeyConstraint("id", name=op.f("jobs_pkey")),
+        sa.CheckConstraint("status IN ('pending', 'processing')", name=op.f("jobs_status_ck")),
+        sa.CheckConstraint("attempts >= 0", name=op.f("jobs_attempts_ck")),
+        sa.CheckConstraint("max_attempts >= 1", name=op.f("jobs_max_attempts_ck")),
+        sa.CheckConstraint(
+            "visibility_timeout > interval '0'", name=op.f("jobs_visibility_timeout_ck")
+        ),
         sa.CheckConstraint(
             "status = 'pending' OR (worker_id IS NOT NULL AND claim_deadline IS NOT NULL)",
-            name="jobs_claimed_ck",
+            name=op.f("jobs_claimed_ck"),
         ),
         schema=schema,
     )
     op.create_index(
-        "jobs_claim_ix",
+        op.f("jobs_claim_ix"),
         "jobs",
         ["queue", sa.text("priority DESC"), "run_at", "id"],
         schema=schema,
         postgresql_where=sa.text("status = 'pending'"),
     )
     op.create_index(
-        "jobs_lapse_ix",
+        op.f("jobs_lapse_ix"),
         "jobs",
         ["queue", "claim_deadline"],
         schema=schema,
         postgresql_where=sa.text("status = 'processing'"),
     )
     op.create_index(
-        "jobs_expiry_ix",
+        op.f("jobs_expiry_ix"),
         "jobs",
         ["queue", "expires_at"],
         schema=schema,
@@ -96,10 +104,12 @@ def upgrade() -> None:
         sa.Column("created_at", TZ, nullable=False),
         sa.Column("last_error", sa.Text),
         sa.Column("died_at", TZ, nullable=False),
-        sa.PrimaryKeyConstraint("id", name="dead_jobs_pkey"),
+        sa.PrimaryKeyConstraint("id", name=op.f("dead_jobs_pkey")),
         schema=schema,
     )
-    op.create_index("dead_jobs_queue_died_at_ix", "dead_jobs", ["queue", "died_at"], schema=schema)
+    op.create_index(
+        op.f("dead_jobs_queue_died_at_ix"), "dead_jobs", ["queue", "died_at"], schema=schema
+    )
 
 
 def downgrade() -> None:

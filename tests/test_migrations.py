@@ -1,0 +1,359 @@
+"""SPEC M1, M2, M4 (migrations) and the bad-URL rule, against a real PostgreSQL.
+
+The command-line tests run ``alembic`` as a user would: a subprocess from the
+repository root whose environment holds only ``PATH`` and the variables the
+rule names, so nothing from the test process leaks in.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import URL, Connection, Engine, create_engine, text
+from sqlalchemy.schema import CreateSchema
+
+from alkstore_sa import InvalidNameError, Store
+from alkstore_sa.migrations import VERSION_TABLE
+from alkstore_sa.schema import DEFAULT_SCHEMA, metadata
+
+from .conftest import ROOT, alembic_config
+
+BIN = Path(sys.executable).parent
+# What the version table leaves behind when it stays: itself, its primary key
+# index (Alembic names it <table>_pkc) and its row and array types.
+VERSION_TABLE_OBJECTS = {
+    ("table", VERSION_TABLE),
+    ("index", f"{VERSION_TABLE}_pkc"),
+    ("type", VERSION_TABLE),
+    ("type", f"_{VERSION_TABLE}"),
+}
+OUR_TABLES = {"jobs", "dead_jobs"}
+
+
+def url_text(url: URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
+def alembic_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``alembic ARGS`` from the repository root with a bare environment."""
+    bare = {"PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
+    return subprocess.run(
+        ["alembic", *args],
+        cwd=ROOT,
+        env=bare,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@contextmanager
+def connect(url: URL) -> Iterator[Connection]:
+    eng = create_engine(url)
+    try:
+        with eng.connect() as conn:
+            yield conn
+    finally:
+        eng.dispose()
+
+
+# Every object a migration could make, in every schema that is not PostgreSQL's own.
+_OBJECTS = text(
+    """
+    WITH ns AS (
+        SELECT oid, nspname FROM pg_namespace
+        WHERE nspname NOT IN ('pg_catalog', 'information_schema')
+          AND nspname NOT LIKE 'pg\\_toast%' AND nspname NOT LIKE 'pg\\_temp\\_%'
+    )
+    SELECT ns.nspname, 'schema', ns.nspname FROM ns
+    UNION ALL
+    SELECT ns.nspname,
+           CASE c.relkind WHEN 'r' THEN 'table' WHEN 'i' THEN 'index' WHEN 'S' THEN 'sequence'
+                          WHEN 'v' THEN 'view' WHEN 'm' THEN 'matview' ELSE c.relkind::text END,
+           c.relname
+    FROM pg_class c JOIN ns ON ns.oid = c.relnamespace
+    UNION ALL
+    SELECT ns.nspname, 'function', p.proname FROM pg_proc p JOIN ns ON ns.oid = p.pronamespace
+    UNION ALL
+    SELECT ns.nspname, 'type', t.typname FROM pg_type t JOIN ns ON ns.oid = t.typnamespace
+    UNION ALL
+    SELECT ns.nspname, 'trigger', tg.tgname FROM pg_trigger tg
+        JOIN pg_class c ON c.oid = tg.tgrelid JOIN ns ON ns.oid = c.relnamespace
+    UNION ALL
+    SELECT '', 'extension', extname FROM pg_extension
+    """
+)
+
+
+def objects(url: URL) -> set[tuple[str, str, str]]:
+    with connect(url) as conn:
+        return {(r[0], r[1], r[2]) for r in conn.execute(_OBJECTS)}
+
+
+def tables_in(url: URL, schema: str) -> set[str]:
+    with connect(url) as conn:
+        rows = conn.execute(
+            text("SELECT tablename FROM pg_tables WHERE schemaname = :s"), {"s": schema}
+        )
+        return {r[0] for r in rows}
+
+
+# --- M1 ----------------------------------------------------------------------
+
+
+def test_m1_upgrade_downgrade_upgrade_from_repo_root(blank_database: URL) -> None:
+    env = {"ALKSTORE_DATABASE_URL": url_text(blank_database)}
+    before = objects(blank_database)
+
+    ok(alembic_cli("upgrade", "head", env=env))
+    installed = objects(blank_database) - before
+    made = {(kind, name) for schema, kind, name in installed if schema == DEFAULT_SCHEMA}
+    # Not vacuous: the catalog query sees what the upgrade made.
+    assert {("table", "jobs"), ("table", "dead_jobs"), ("sequence", "jobs_id_seq")} <= made
+    assert ("index", "jobs_claim_ix") in made
+    assert all(schema == DEFAULT_SCHEMA for schema, _, _ in installed)
+    assert ok(alembic_cli("current", env=env)).stdout.split()[0] == "alkstore_0001"
+
+    ok(alembic_cli("downgrade", "base", env=env))
+    left = objects(blank_database) - before
+    # Only our schema and the version table may stay.
+    assert left <= {(DEFAULT_SCHEMA, "schema", DEFAULT_SCHEMA)} | {
+        (DEFAULT_SCHEMA, kind, name) for kind, name in VERSION_TABLE_OBJECTS
+    }, sorted(left)
+    assert ok(alembic_cli("current", env=env)).stdout.strip() == ""
+
+    ok(alembic_cli("upgrade", "head", env=env))
+    assert objects(blank_database) - before == installed
+
+
+# --- M2 ----------------------------------------------------------------------
+
+
+def _only_schema(schema: str) -> Callable[[str | None, str, object], bool]:
+    def include_name(name: str | None, type_: str, parent_names: object) -> bool:
+        return name == schema if type_ == "schema" else True
+
+    return include_name
+
+
+def test_m2_compare_metadata_finds_no_difference(engine: Engine) -> None:
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(
+            conn,
+            opts={
+                "include_schemas": True,
+                "include_name": _only_schema(DEFAULT_SCHEMA),
+                "version_table": VERSION_TABLE,
+                "version_table_schema": DEFAULT_SCHEMA,
+                "compare_type": True,
+                "compare_server_default": True,
+            },
+        )
+        diff = compare_metadata(ctx, metadata)
+    assert diff == []
+
+
+def test_m2_compare_metadata_sees_a_difference(engine: Engine) -> None:
+    """The comparison above can fail: drop an index and it reports it."""
+    with engine.begin() as conn:
+        conn.execute(text("DROP INDEX alkstore.jobs_expiry_ix"))
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(
+            conn,
+            opts={
+                "include_schemas": True,
+                "include_name": _only_schema(DEFAULT_SCHEMA),
+                "version_table": VERSION_TABLE,
+                "version_table_schema": DEFAULT_SCHEMA,
+            },
+        )
+        diff = compare_metadata(ctx, metadata)
+    assert [d[0] for d in diff] == ["add_index"]
+
+
+# compare_metadata does not look at check constraints, partial-index predicates
+# or identity columns; the catalog does.  The expected side is what
+# metadata.create_all() makes in a scratch schema of the same database.
+_CATALOG = {
+    "columns": text(
+        """
+        SELECT table_name, column_name, ordinal_position, data_type, is_nullable,
+               column_default, is_identity, identity_generation
+        FROM information_schema.columns WHERE table_schema = :s
+        """
+    ),
+    "constraints": text(
+        """
+        SELECT c.relname, k.conname, k.contype, pg_get_constraintdef(k.oid)
+        FROM pg_constraint k JOIN pg_class c ON c.oid = k.conrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s
+        """
+    ),
+    "indexes": text(
+        """
+        SELECT tablename, indexname, replace(indexdef, :s || '.', 'SCHEMA.')
+        FROM pg_indexes WHERE schemaname = :s
+        """
+    ),
+    "relations": text(
+        """
+        SELECT c.relname, c.relkind FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s
+        """
+    ),
+}
+
+
+def _catalog(conn: Connection, schema: str) -> dict[str, set[tuple[object, ...]]]:
+    found = {
+        what: {tuple(r) for r in conn.execute(q, {"s": schema})} for what, q in _CATALOG.items()
+    }
+    # The version table belongs to the migrations, not to the MetaData.
+    found["columns"] = {r for r in found["columns"] if r[0] != VERSION_TABLE}
+    found["constraints"] = {r for r in found["constraints"] if r[0] != VERSION_TABLE}
+    found["indexes"] = {r for r in found["indexes"] if r[0] != VERSION_TABLE}
+    found["relations"] = {r for r in found["relations"] if not str(r[0]).startswith(VERSION_TABLE)}
+    return found
+
+
+def test_m2_catalog_matches_metadata_create_all(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(CreateSchema("m2_expected"))
+        metadata.create_all(
+            conn.execution_options(schema_translate_map={DEFAULT_SCHEMA: "m2_expected"})
+        )
+    with engine.connect() as conn:
+        migrated = _catalog(conn, DEFAULT_SCHEMA)
+        expected = _catalog(conn, "m2_expected")
+    assert any("WHERE (status = 'pending'::text)" in str(r[2]) for r in migrated["indexes"])
+    assert len(migrated["constraints"]) >= 7
+    for what in _CATALOG:
+        assert migrated[what] == expected[what], what
+
+
+# --- M4 ----------------------------------------------------------------------
+
+
+def test_m4_x_argument_installs_into_named_schema(blank_database: URL) -> None:
+    env = {"ALKSTORE_DATABASE_URL": url_text(blank_database)}
+    ok(alembic_cli("-x", "alkstore_schema=other", "upgrade", "head", env=env))
+    assert tables_in(blank_database, "other") == OUR_TABLES | {VERSION_TABLE}
+    assert tables_in(blank_database, DEFAULT_SCHEMA) == set()
+    ok(alembic_cli("-x", "alkstore_schema=other", "downgrade", "base", env=env))
+    assert tables_in(blank_database, "other") == {VERSION_TABLE}
+
+
+def test_m4_env_var_installs_into_named_schema(blank_database: URL) -> None:
+    env = {"ALKSTORE_DATABASE_URL": url_text(blank_database), "ALKSTORE_SCHEMA": "other"}
+    ok(alembic_cli("upgrade", "head", env=env))
+    assert tables_in(blank_database, "other") == OUR_TABLES | {VERSION_TABLE}
+    assert tables_in(blank_database, DEFAULT_SCHEMA) == set()
+
+
+def test_m4_x_argument_wins_over_env_var(blank_database: URL) -> None:
+    env = {"ALKSTORE_DATABASE_URL": url_text(blank_database), "ALKSTORE_SCHEMA": "from_env"}
+    ok(alembic_cli("-x", "alkstore_schema=from_x", "upgrade", "head", env=env))
+    assert tables_in(blank_database, "from_x") == OUR_TABLES | {VERSION_TABLE}
+    assert tables_in(blank_database, "from_env") == set()
+
+
+@pytest.mark.parametrize("how", ["x", "env"])
+@pytest.mark.parametrize("bad", ["bad-name", "pg_mine", "1st", "drop table x"])
+def test_m4_invalid_schema_name_is_a_clear_error(blank_database: URL, how: str, bad: str) -> None:
+    env = {"ALKSTORE_DATABASE_URL": url_text(blank_database)}
+    args = ["upgrade", "head"]
+    if how == "x":
+        args = ["-x", f"alkstore_schema={bad}", *args]
+    else:
+        env["ALKSTORE_SCHEMA"] = bad
+    proc = alembic_cli(*args, env=env)
+    assert proc.returncode != 0
+    err = proc.stderr.strip()
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert repr(bad) in err and "schema" in err
+    with connect(blank_database) as conn:
+        made = conn.execute(
+            text("SELECT count(*) FROM pg_namespace WHERE nspname = :s"), {"s": bad}
+        ).scalar()
+    assert made == 0
+
+
+@pytest.mark.parametrize("bad", ["bad-name", "", "pg_x", "a" * 64, "a b"])
+def test_m4_invalid_schema_name_refused_by_store(engine: Engine, bad: str) -> None:
+    with pytest.raises(InvalidNameError):
+        Store(engine, schema=bad)
+
+
+@pytest.fixture
+def two_schema_url(blank_database: URL) -> URL:
+    for schema in ("a", "b"):
+        command.upgrade(alembic_config(blank_database, schema=schema), "head")
+    return blank_database
+
+
+def test_m4_two_schemas_are_independent_stores(two_schema_url: URL) -> None:
+    eng = create_engine(two_schema_url)
+    try:
+        with Store(eng, schema="a") as sa, Store(eng, schema="b") as sb:
+            qa, qb = sa.queue("emails"), sb.queue("emails")
+            job_id = qa.enqueue(b"only in a")
+            assert qb.claim_one("w") is None
+            assert qb.cancel(job_id) is False
+            assert qb.sweep_expired().expired == 0
+            handle = qa.claim_one("w")
+            assert handle is not None and handle.id == job_id and handle.payload == b"only in a"
+            assert handle.ack() is True
+            # Each schema numbers its own jobs.
+            assert qb.enqueue(b"b's own") == job_id
+            assert qa.get_job(job_id) is None
+    finally:
+        eng.dispose()
+
+
+def test_m4_two_schemas_have_different_channels(two_schema_url: URL) -> None:
+    eng = create_engine(two_schema_url)
+    try:
+        with Store(eng, schema="a") as sa, Store(eng, schema="b") as sb:
+            assert sa.queue("emails").channel != sb.queue("emails").channel
+            long = "q" * 63
+            assert sa.queue(long).channel != sb.queue(long).channel
+    finally:
+        eng.dispose()
+
+
+# --- Bad input: ALKSTORE_DATABASE_URL ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        pytest.param(None, id="unset"),
+        pytest.param("", id="empty"),
+        pytest.param("not a url", id="malformed"),
+        pytest.param("mysql://u@localhost/db", id="not-postgres"),
+        pytest.param("postgresql+psycopg://nobody@127.0.0.1:1/nowhere", id="unreachable"),
+        pytest.param("postgresql+psycopg://nobody@/nowhere?host=/nonexistent-dir", id="no-socket"),
+    ],
+)
+def test_bad_database_url_is_one_line_naming_the_variable(url: str | None) -> None:
+    env = {} if url is None else {"ALKSTORE_DATABASE_URL": url}
+    proc = alembic_cli("upgrade", "head", env=env)
+    assert proc.returncode != 0
+    err = proc.stderr.strip()
+    assert "Traceback" not in err
+    assert len(err.splitlines()) == 1, err
+    assert "ALKSTORE_DATABASE_URL" in err
