@@ -133,9 +133,9 @@ class QueueCore:
     def claim(self, worker_id: object, n: object) -> Call[list[Job]] | None:
         """``None`` for ``n <= 0``: the face returns ``[]`` and runs no SQL (SPEC Q13)."""
         who = v.worker_id(worker_id)
+        if isinstance(n, int) and not isinstance(n, bool) and n <= 0:
+            return None  # any n <= 0 means "none", however low (no int4 range check)
         size = v.integer(n, "n")
-        if size <= 0:
-            return None
         return partial(ops.claim, target=self.target, worker_id=who, n=size)
 
     def ack_batch(self, job_ids: Iterable[object]) -> Call[int] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ._errors import InvalidNameError
@@ -24,6 +24,8 @@ RESERVED_PREFIXES = ("alkstore", "pg_")
 MAX_SECONDS = 10**9
 PG_INT_MIN, PG_INT_MAX = -(2**31), 2**31 - 1
 _SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+_LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 
 Duration = float | int | timedelta
 
@@ -84,6 +86,10 @@ def duration(value: object, what: str, *, allow_zero: bool = False) -> float:
         raise ValueError(f"{what} must be {bound} seconds, got {value!r}")
     if seconds > MAX_SECONDS:
         raise ValueError(f"{what} must be at most {MAX_SECONDS} seconds, got {value!r}")
+    # timedelta and PostgreSQL intervals count whole microseconds: a smaller
+    # positive value would become zero, which "> 0" promised it is not.
+    if not allow_zero and seconds < 1e-6:
+        raise ValueError(f"{what} must be at least one microsecond, got {value!r}")
     return seconds
 
 
@@ -104,6 +110,11 @@ def aware_datetime(value: object, what: str) -> datetime:
         raise TypeError(f"{what} must be a datetime, got {value!r}")
     if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
         raise ValueError(f"{what} must be timezone-aware (a naive datetime is ambiguous)")
+    # A value Python cannot show in every session time zone (UTC-24h..UTC+24h of
+    # years 1..9999) would be stored, then fail to load: get_job and every claim
+    # of its queue would raise.  A day of margin at both ends avoids that.
+    if not _EARLIEST <= value <= _LATEST:
+        raise ValueError(f"{what} must lie between {_EARLIEST} and {_LATEST}, got {value}")
     return value
 
 
