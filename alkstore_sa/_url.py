@@ -19,7 +19,7 @@ def normalize_url(url: str | URL, *, source: str = ENV_VAR) -> URL:
     """
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):  # ValueError: a port that is not a number
         raise ValueError(
             f"alkstore: {source} is not a valid database URL "
             "(expected postgresql+psycopg://user:password@host:port/dbname)"

@@ -345,6 +345,8 @@ def test_m4_two_schemas_have_different_channels(two_schema_url: URL) -> None:
         pytest.param("", id="empty"),
         pytest.param("not a url", id="malformed"),
         pytest.param("mysql://u@localhost/db", id="not-postgres"),
+        pytest.param("postgresql+psycopg://u@localhost:abc/db", id="bad-port"),
+        pytest.param("postgresql+nodriver://u@localhost/db", id="unknown-driver"),
         pytest.param("postgresql+psycopg://nobody@127.0.0.1:1/nowhere", id="unreachable"),
         pytest.param("postgresql+psycopg://nobody@/nowhere?host=/nonexistent-dir", id="no-socket"),
     ],

@@ -12,7 +12,7 @@ from sqlalchemy import Connection, create_engine, pool
 from sqlalchemy.schema import CreateSchema
 
 from alkstore_sa._errors import InvalidNameError
-from alkstore_sa._url import database_url_from_env, describe_connect_error, normalize_url
+from alkstore_sa._url import ENV_VAR, database_url_from_env, describe_connect_error, normalize_url
 from alkstore_sa.migrations import VERSION_TABLE, migration_schema
 from alkstore_sa.schema import metadata
 
@@ -44,11 +44,12 @@ def run() -> None:
             context.run_migrations()
         return
 
-    engine = create_engine(url, poolclass=pool.NullPool)
+    source = "sqlalchemy.url" if option else ENV_VAR
     try:
-        connection = engine.connect()
+        # create_engine too: an unknown driver (postgresql+nodriver) fails there.
+        connection = create_engine(url, poolclass=pool.NullPool).connect()
     except Exception as exc:  # the whole point is to turn it into one line
-        raise SystemExit(describe_connect_error(exc)) from None
+        raise SystemExit(describe_connect_error(exc, source=source)) from None
     with connection:
         _migrate(connection, schema)
 
