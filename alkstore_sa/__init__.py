@@ -13,12 +13,14 @@ from ._job import Job, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
 from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
 from .store import JobHandle, Queue, Store
+from .worker import AsyncWorker, Worker
 
 __all__ = [
     "AlkstoreError",
     "AsyncJobHandle",
     "AsyncQueue",
     "AsyncStore",
+    "AsyncWorker",
     "EnqueueOpts",
     "FailJob",
     "HandleSpentError",
@@ -32,6 +34,7 @@ __all__ = [
     "Store",
     "StoreClosedError",
     "SweepResult",
+    "Worker",
 ]
 
 __version__ = "0.1.0"

@@ -1,0 +1,10 @@
+"""Workers: LISTEN/NOTIFY-woken consumers that run a handler per job (SPEC Q26-Q28).
+
+``Worker`` (blocking, sync handlers) and ``AsyncWorker`` (awaitable, async
+handlers) share one asyncio runtime: a listener, a producer per queue, an
+executor with heartbeats, and a completer that batches acks.
+"""
+
+from ._worker import AsyncWorker, Worker, default_worker_id
+
+__all__ = ["AsyncWorker", "Worker", "default_worker_id"]

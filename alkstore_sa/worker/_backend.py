@@ -1,0 +1,127 @@
+"""How the runtime reaches the database and runs handlers, sync or async.
+
+The runtime is asyncio-native; the only difference between ``Worker`` and
+``AsyncWorker`` is here.  The sync backend runs each database call on a
+small thread pool through the sync ``Store`` (so the sync engine is used
+exactly as the sync API uses it); the async backend awaits the
+``AsyncStore``.  Sync handlers always run on a thread pool, async handlers
+as tasks on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from .._core import Call, HandleCore
+from .._job import Job
+from ..aio import AsyncStore
+from ..store import Store
+from ._handlers import HandlerSpec
+
+__all__ = ["AsyncBackend", "Backend", "SyncBackend"]
+
+T = TypeVar("T")
+AnyStore = Store | AsyncStore
+
+
+class Backend(Protocol):
+    async def run(self, store: Any, call: Call[T]) -> T: ...
+
+    def start(
+        self, store: Any, spec: HandlerSpec, job: Job, core: HandleCore
+    ) -> asyncio.Future[Any]: ...
+
+    def close(self) -> None: ...
+
+
+def _sync_session_call(store: Store, fn: Callable[..., Any], job: Job, core: HandleCore) -> bool:
+    """SPEC Q28: the handler's writes and the ack commit together or not at all."""
+    with Session(store.engine) as session:
+        fn(job, session)
+        acked = store._run(core.ack(), session)
+        if acked:
+            session.commit()
+        else:
+            session.rollback()  # the claim was lost: undo the handler's writes
+        return acked
+
+
+async def _async_session_call(
+    store: AsyncStore, fn: Callable[..., Any], job: Job, core: HandleCore
+) -> bool:
+    async with AsyncSession(store.engine) as session:
+        await fn(job, session)
+        acked = await store._run(core.ack(), session)
+        if acked:
+            await session.commit()
+        else:
+            await session.rollback()
+        return acked
+
+
+class _Threads:
+    """Thread pools shared by both backends: one for handlers, one for DB calls."""
+
+    def __init__(self, handler_threads: int, db_threads: int) -> None:
+        self.handlers = ThreadPoolExecutor(
+            max(handler_threads, 1), thread_name_prefix="alkstore-handler"
+        )
+        self.db = ThreadPoolExecutor(max(db_threads, 1), thread_name_prefix="alkstore-db")
+
+    def close(self) -> None:
+        # A handler past its job timeout or the shutdown grace cannot be
+        # interrupted (Python threads cannot be killed); do not wait for it.
+        self.handlers.shutdown(wait=False, cancel_futures=True)
+        self.db.shutdown(wait=True)
+
+
+class SyncBackend:
+    def __init__(self, handler_threads: int, db_threads: int) -> None:
+        self._threads = _Threads(handler_threads, db_threads)
+
+    async def run(self, store: Store, call: Call[T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._threads.db, store._run, call)
+
+    def start(
+        self, store: Store, spec: HandlerSpec, job: Job, core: HandleCore
+    ) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        if spec.wants_session:
+            fn = functools.partial(_sync_session_call, store, spec.fn, job, core)
+        else:
+            fn = functools.partial(spec.fn, job)
+        return loop.run_in_executor(self._threads.handlers, fn)
+
+    def close(self) -> None:
+        self._threads.close()
+
+
+class AsyncBackend:
+    def __init__(self, handler_threads: int) -> None:
+        self._threads = _Threads(handler_threads, 1)
+
+    async def run(self, store: AsyncStore, call: Call[T]) -> T:
+        return await store._run(call)
+
+    def start(
+        self, store: AsyncStore, spec: HandlerSpec, job: Job, core: HandleCore
+    ) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        if spec.is_async:
+            if spec.wants_session:
+                return loop.create_task(_async_session_call(store, spec.fn, job, core))
+            started: asyncio.Future[Any] = asyncio.ensure_future(spec.fn(job))
+            return started
+        # Plain sync handlers are allowed on an AsyncWorker: they get a thread.
+        return loop.run_in_executor(self._threads.handlers, functools.partial(spec.fn, job))
+
+    def close(self) -> None:
+        self._threads.close()

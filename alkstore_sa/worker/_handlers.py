@@ -1,0 +1,90 @@
+"""What a handler is: its calling convention, and how its outcome is worded.
+
+A handler takes ``(job)`` or ``(job, session)``; which one is read from its
+signature once, when the worker is built, so a wrong handler fails before
+anything is claimed.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["HandlerSpec", "error_text", "inspect_handler"]
+
+# PostgreSQL text cannot hold NUL, and a huge traceback-sized message helps
+# nobody in a table column: keep the first 8000 characters.
+MAX_ERROR_CHARS = 8000
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    """A handler and how to call it."""
+
+    fn: Callable[..., Any]
+    is_async: bool
+    wants_session: bool
+    name: str
+
+
+def _is_coroutine_function(fn: Callable[..., Any]) -> bool:
+    if inspect.iscoroutinefunction(fn):  # unwraps functools.partial
+        return True
+    call = getattr(fn, "__call__", None)  # noqa: B004 -- callable objects
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def _positional_arity(fn: Callable[..., Any]) -> tuple[int, int, bool]:
+    """(required positional, all positional, takes *args) of ``fn``."""
+    sig = inspect.signature(fn)
+    positional = [
+        p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    required = [p for p in positional if p.default is p.empty]
+    varargs = any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values())
+    return len(required), len(positional), varargs
+
+
+def inspect_handler(fn: object, where: str) -> HandlerSpec:
+    """Validate ``fn`` and decide ``(job)`` versus ``(job, session)``.
+
+    Two required positional parameters mean a session-scoped handler; one
+    (or one plus optional ones, or ``*args``) means a plain handler.
+    """
+    if not callable(fn):
+        raise TypeError(f"{where}: handler must be callable, got {type(fn).__name__}")
+    name = getattr(fn, "__qualname__", None) or type(fn).__name__
+    if isinstance(fn, functools.partial):
+        name = getattr(fn.func, "__qualname__", name)
+    try:
+        required, positional, varargs = _positional_arity(fn)
+    except (TypeError, ValueError):
+        # No introspectable signature (some builtins): call it with the job alone.
+        return HandlerSpec(fn, _is_coroutine_function(fn), False, name)
+    if required == 2:
+        wants_session = True
+    elif required == 1 or (required == 0 and (positional >= 1 or varargs)):
+        wants_session = False
+    else:
+        raise TypeError(
+            f"{where}: handler {name} must take (job) or (job, session); "
+            f"it has {required} required positional parameters"
+        )
+    return HandlerSpec(fn, _is_coroutine_function(fn), wants_session, name)
+
+
+def error_text(error: object) -> str | None:
+    """A handler's error as ``last_error``: a string without NUL, or None."""
+    if error is None:
+        return None
+    text = error if isinstance(error, str) else str(error)
+    return text.replace("\x00", "")[:MAX_ERROR_CHARS]
+
+
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or the exception's type name when that is empty."""
+    text = error_text(str(exc)) or ""
+    return text if text.strip() else type(exc).__name__

@@ -1,0 +1,112 @@
+"""The listener: one dedicated autocommit psycopg connection that LISTENs.
+
+It is not taken from the SQLAlchemy pool: a pooled connection would carry
+its LISTEN registrations back into the pool, and ``notifies()`` holds the
+connection for as long as the worker runs.  Each time LISTEN is (re)
+established every queue is woken once, because notifications sent while
+the connection was down are lost (SPEC Q26: a worker claims right after its
+LISTEN is established).  When the connection drops it reconnects with a
+capped exponential backoff; meanwhile the producers' re-poll timers keep
+jobs moving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+__all__ = ["Listener", "connect_kwargs"]
+
+log = logging.getLogger("alkstore_sa.worker")
+
+RECONNECT_FIRST = 0.05  # seconds before the first reconnect attempt
+RECONNECT_CAP = 5.0  # the longest wait between attempts
+# With no notification for this long, ask the server whether the connection
+# is still alive: a silently dead peer would otherwise never raise.
+LIVENESS_INTERVAL = 30.0
+
+
+def connect_kwargs(engine: Any, application_name: str) -> dict[str, Any]:
+    """psycopg ``connect()`` arguments for the database ``engine`` points at.
+
+    Uses the dialect's own URL translation (so a unix-socket ``?host=/dir``
+    and query options carry over) and drops SQLAlchemy's adapter map.
+    """
+    _, params = engine.dialect.create_connect_args(engine.url)
+    params = {k: v for k, v in params.items() if k != "context"}
+    params.setdefault("application_name", application_name[:63])
+    return params
+
+
+class Listener:
+    """LISTENs on ``channels`` and calls ``wake(channel)`` for each notification.
+
+    ``on_listening()`` runs after every successful (re)LISTEN.
+    """
+
+    def __init__(
+        self,
+        connect: Mapping[str, Any],
+        channels: list[str],
+        wake: Callable[[str], None],
+        on_listening: Callable[[], None],
+    ) -> None:
+        self._connect = dict(connect)
+        self._channels = channels
+        self._wake = wake
+        self._on_listening = on_listening
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self.connects = 0  # how many times LISTEN was established (for logs/tests)
+        self._listening = False
+
+    async def run(self) -> None:
+        """Listen until cancelled, reconnecting when the connection drops."""
+        loop = asyncio.get_running_loop()
+        delay = RECONNECT_FIRST
+        while True:
+            started = loop.time()
+            self._listening = False
+            try:
+                await self._listen_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any driver or OS error: reconnect
+                what = "connection lost" if self._listening else "cannot connect"
+                log.warning("listener %s: %s; reconnecting in %.2fs", what, exc, delay)
+            finally:
+                await self._close()
+            # A connection that stayed up a while resets the backoff.
+            if self._listening and loop.time() - started >= RECONNECT_CAP:
+                delay = RECONNECT_FIRST
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, RECONNECT_CAP)
+
+    async def _listen_once(self) -> None:
+        conn = await psycopg.AsyncConnection.connect(**self._connect, autocommit=True)
+        self._conn = conn
+        for channel in self._channels:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        self.connects += 1
+        self._listening = True
+        if self.connects > 1:
+            log.info("listener reconnected; LISTEN on %d channel(s)", len(self._channels))
+        else:
+            log.debug("listener up; LISTEN on %s", ", ".join(self._channels))
+        self._on_listening()
+        while True:
+            async for note in conn.notifies(timeout=LIVENESS_INTERVAL):
+                self._wake(note.channel)
+            await conn.execute("SELECT 1")
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except Exception:  # already broken: nothing to tidy
+                log.debug("listener close failed", exc_info=True)

@@ -1,0 +1,579 @@
+"""The worker runtime: producers, executor, heartbeats, completer, shutdown.
+
+One asyncio program serves both ``Worker`` (which drives it with
+``asyncio.run`` in the calling thread) and ``AsyncWorker``.  Per queue a
+*producer* claims as many jobs as the queue has free slots
+(``concurrency``): right after LISTEN is established, on each notification,
+when a slot frees after a full batch, and on a re-poll timer
+(``poll_interval``) that covers lost notifications and delayed jobs coming
+due (SPEC Q26).  Each claimed job gets an *execute* task; a *heartbeat*
+task extends every held claim at a third of its job's visibility timeout
+while it runs, so a slow handler is never reclaimed (SPEC Q27); successful
+jobs are acked in batches by the *completer*.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._core import HandleCore, QueueCore
+from .._errors import FailJob, HandleSpentError, RetryJob
+from .._job import Job
+from ._backend import Backend
+from ._completer import Completer
+from ._handlers import HandlerSpec, error_text, exception_text
+from ._listener import Listener, connect_kwargs
+
+__all__ = ["QueueSpec", "Runtime", "Settings"]
+
+log = logging.getLogger("alkstore_sa.worker")
+
+BEAT_FRACTION = 1 / 3  # heartbeat at this fraction of the job's visibility timeout
+BEAT_RETRY = 0.25  # after a failed heartbeat, try again this soon (seconds, at most)
+RELEASE_TIMEOUT = 10.0  # how long shutdown waits for releases and pending acks
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    """One queue a worker serves: its store, identity and handler."""
+
+    store: Any  # Store or AsyncStore
+    core: QueueCore
+    handler: HandlerSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    worker_id: str
+    concurrency: int
+    poll_interval: float
+    shutdown_timeout: float
+    job_timeout: float | None
+    handle_signals: bool
+
+
+@dataclass(eq=False)
+class _Slot:
+    """One claimed job from claim to outcome."""
+
+    job: Job
+    core: HandleCore
+    beat_every: float
+    next_beat: float
+    fut: asyncio.Future[Any] | None = None
+    task: asyncio.Task[None] | None = None
+    running: bool = True  # its handler has not returned yet
+    freed: bool = False  # its concurrency slot was given back
+    finishing: bool = False  # an outcome (ack/retry/fail/release) is under way
+    lost: bool = False  # a heartbeat found the claim gone
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.job.id, self.job.attempts)
+
+
+@dataclass(eq=False)
+class _QueueState:
+    spec: QueueSpec
+    signal: asyncio.Event = field(default_factory=asyncio.Event)
+    dirty: bool = False  # there may be claimable jobs: claim when a slot is free
+    busy: int = 0
+    held: dict[tuple[int, int], _Slot] = field(default_factory=dict)
+
+    @property
+    def core(self) -> QueueCore:
+        return self.spec.core
+
+    @property
+    def store(self) -> Any:
+        return self.spec.store
+
+    def wake(self) -> None:
+        self.dirty = True
+        self.signal.set()
+
+
+class Runtime:
+    """One run of a worker.  ``stop()`` may be called from any thread."""
+
+    def __init__(self, specs: list[QueueSpec], settings: Settings) -> None:
+        self._specs = specs
+        self._settings = settings
+        self._backend: Backend
+        self._lock = threading.Lock()
+        self._stops = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop_event: asyncio.Event | None = None
+        self._hard_event: asyncio.Event | None = None
+        self._queues: list[_QueueState] = []
+        self._beat_changed: asyncio.Event | None = None
+        self._progress: asyncio.Event | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.listeners: list[Listener] = []
+
+    # -- control ---------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the run to stop; a second call skips the rest of the shutdown grace."""
+        with self._lock:
+            self._stops += 1
+            loop = self._loop
+        if loop is not None and not loop.is_closed():
+            # RuntimeError: the loop closed in between, so the run is over.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._apply_stop)
+
+    def _apply_stop(self) -> None:
+        assert self._stop_event is not None and self._hard_event is not None
+        with self._lock:
+            stops = self._stops
+        if stops >= 1 and not self._stop_event.is_set():
+            log.info("worker %s stopping: no new claims", self._settings.worker_id)
+            self._stop_event.set()
+            for qs in self._queues:
+                qs.signal.set()
+        if stops >= 2 and not self._hard_event.is_set():
+            log.info("worker %s: second stop, abandoning in-flight jobs", self._settings.worker_id)
+            self._hard_event.set()
+            self._notify_progress()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_event is not None and self._stop_event.is_set()
+
+    # -- the run -----------------------------------------------------------------
+
+    async def run(self, backend: Backend) -> None:
+        """Run until stopped; ``backend`` is closed when the run ends."""
+        self._backend = backend
+        loop = asyncio.get_running_loop()
+        self._stop_event = asyncio.Event()
+        self._hard_event = asyncio.Event()
+        self._beat_changed = asyncio.Event()
+        self._progress = asyncio.Event()
+        self._queues = [_QueueState(spec) for spec in self._specs]
+        with self._lock:
+            self._loop = loop
+        self._apply_stop_if_requested()
+        restore = self._install_signals(loop)
+        completer = Completer(self._backend.run)
+        background = [
+            loop.create_task(completer.run(), name="alkstore-completer"),
+            loop.create_task(self._heartbeats(), name="alkstore-heartbeat"),
+        ]
+        listeners = [
+            loop.create_task(lst.run(), name="alkstore-listener") for lst in self._make_listeners()
+        ]
+        producers = [
+            loop.create_task(self._produce(qs, completer), name=f"alkstore-producer-{qs.core.name}")
+            for qs in self._queues
+        ]
+        log.info(
+            "worker %s started: %s (concurrency %d per queue, poll every %gs)",
+            self._settings.worker_id,
+            ", ".join(qs.core.name for qs in self._queues),
+            self._settings.concurrency,
+            self._settings.poll_interval,
+        )
+        crashed: BaseException | None = None
+        try:
+            stopped = loop.create_task(self._stop_event.wait())
+            watched = {stopped, *producers, *background, *listeners}
+            done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            for task in done - {stopped}:
+                # A runtime task never ends on its own: that is a bug, so stop
+                # cleanly and let run() raise it rather than idle half-dead.
+                crashed = task.exception() if not task.cancelled() else None
+                log.error("worker task %s ended unexpectedly", task.get_name(), exc_info=crashed)
+                self.stop()
+                self._apply_stop()
+                break
+            await asyncio.gather(*producers, return_exceptions=True)
+            await self._cancel(listeners)
+            await self._drain(completer)
+        finally:
+            await self._cancel(producers + listeners)
+            for task in list(self._tasks):
+                task.cancel()
+            await self._cancel(background)
+            restore()
+            with self._lock:
+                self._loop = None
+            self._backend.close()
+        if crashed is not None:
+            raise crashed
+        log.info("worker %s stopped", self._settings.worker_id)
+
+    def _apply_stop_if_requested(self) -> None:
+        with self._lock:
+            requested = self._stops > 0
+        if requested:
+            self._apply_stop()
+
+    @staticmethod
+    async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+        """SIGTERM/SIGINT stop the worker, only when running on the main thread."""
+        if (
+            not self._settings.handle_signals
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return lambda: None
+        installed: list[tuple[signal.Signals, Any]] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(sig)
+            try:
+                loop.add_signal_handler(sig, self.stop)
+            except (NotImplementedError, RuntimeError, ValueError):  # not supported here
+                continue
+            installed.append((sig, previous))
+
+        def restore() -> None:
+            for sig, previous in installed:
+                loop.remove_signal_handler(sig)
+                if previous is not None:
+                    signal.signal(sig, previous)
+
+        return restore
+
+    def _make_listeners(self) -> list[Listener]:
+        """One listener per database the queues live in (normally exactly one)."""
+        groups: dict[tuple[tuple[str, str], ...], list[_QueueState]] = {}
+        params_of: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+        for qs in self._queues:
+            params = connect_kwargs(qs.store.engine, f"alkstore {self._settings.worker_id}")
+            key = tuple(sorted((k, str(v)) for k, v in params.items()))
+            groups.setdefault(key, []).append(qs)
+            params_of[key] = params
+        self.listeners = []
+        for key, members in groups.items():
+            by_channel = {qs.core.target.channel: qs for qs in members}
+
+            def wake(channel: str, by_channel: dict[str, _QueueState] = by_channel) -> None:
+                qs = by_channel.get(channel)
+                if qs is not None:
+                    qs.wake()
+
+            def listening(members: list[_QueueState] = members) -> None:
+                for qs in members:
+                    qs.wake()  # SPEC Q26: claim once LISTEN is established
+
+            self.listeners.append(Listener(params_of[key], list(by_channel), wake, listening))
+        return self.listeners
+
+    # -- producer ---------------------------------------------------------------
+
+    async def _produce(self, qs: _QueueState, completer: Completer) -> None:
+        loop = asyncio.get_running_loop()
+        settings = self._settings
+        next_poll = loop.time() + settings.poll_interval
+        while not self.stopping:
+            free = settings.concurrency - qs.busy
+            if qs.dirty and free > 0:
+                qs.dirty = False
+                call = qs.core.claim(settings.worker_id, free)
+                assert call is not None
+                try:
+                    jobs = await self._backend.run(qs.store, call)
+                except Exception as exc:
+                    # Not dirty again: the timer (or a wake) retries, no busy loop.
+                    log.warning("claim on %s failed: %s", qs.core.name, exc)
+                    jobs = []
+                next_poll = loop.time() + settings.poll_interval
+                for job in jobs:
+                    self._start(qs, job, completer)
+                if len(jobs) == free:
+                    qs.dirty = True  # a full batch: there may be more
+                continue
+            timeout = next_poll - loop.time()
+            if timeout <= 0:
+                qs.dirty = True  # SPEC Q26: the re-poll
+                next_poll = loop.time() + settings.poll_interval
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(qs.signal.wait(), timeout)
+            qs.signal.clear()
+
+    def _start(self, qs: _QueueState, job: Job, completer: Completer) -> None:
+        loop = asyncio.get_running_loop()
+        beat_every = max(job.visibility_timeout * BEAT_FRACTION, 0.01)
+        slot = _Slot(job, HandleCore(qs.core, job), beat_every, loop.time() + beat_every)
+        qs.busy += 1
+        qs.held[slot.key] = slot
+        assert self._beat_changed is not None
+        self._beat_changed.set()
+        task = loop.create_task(self._execute(qs, slot, completer), name=f"alkstore-job-{job.id}")
+        slot.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("worker task %s crashed", task.get_name(), exc_info=task.exception())
+
+    def _free(self, qs: _QueueState, slot: _Slot) -> None:
+        if not slot.freed:
+            slot.freed = True
+            qs.busy -= 1
+            qs.signal.set()
+
+    def _notify_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.set()
+
+    # -- executor ---------------------------------------------------------------
+
+    async def _execute(self, qs: _QueueState, slot: _Slot, completer: Completer) -> None:
+        job = slot.job
+        spec = qs.spec.handler
+        fut = self._backend.start(qs.store, spec, job, slot.core)
+        slot.fut = fut
+        timeout = self._settings.job_timeout
+        try:
+            done, _ = await asyncio.wait({fut}, timeout=timeout)
+        finally:
+            # On cancellation (shutdown gave up) the outcome is not ours to record.
+            slot.running = False
+            self._notify_progress()
+        if not done:
+            await self._timed_out(qs, slot, fut, timeout)
+            return
+        self._free(qs, slot)
+        try:
+            exc = fut.exception()
+        except asyncio.CancelledError as cancelled:
+            exc = cancelled
+        try:
+            if exc is None:
+                await self._succeeded(qs, slot, fut.result(), completer)
+            else:
+                await self._raised(qs, slot, exc)
+        finally:
+            qs.held.pop(slot.key, None)
+
+    async def _succeeded(
+        self, qs: _QueueState, slot: _Slot, result: Any, completer: Completer
+    ) -> None:
+        slot.finishing = True
+        job = slot.job
+        if qs.spec.handler.wants_session:
+            if result is True:
+                log.debug("job %d done (acked with the handler's session)", job.id)
+            else:
+                log.warning(
+                    "job %d: claim lost before the ack; the handler's writes were rolled back",
+                    job.id,
+                )
+            return
+        if slot.lost:
+            log.warning("job %d finished after its claim was lost; not acked", job.id)
+            return
+        acked = await completer.ack(qs.store, qs.core, job.id, job.attempts)
+        if acked:
+            log.debug("job %d done", job.id)
+        else:
+            log.warning("job %d finished but its claim was lost before the ack", job.id)
+
+    async def _raised(self, qs: _QueueState, slot: _Slot, exc: BaseException) -> None:
+        slot.finishing = True
+        job = slot.job
+        # A session handler that raised after its ack reached the database
+        # (e.g. the commit failed) spent the handle; the claim is the same.
+        core = HandleCore(qs.core, job) if slot.core.spent else slot.core
+        if isinstance(exc, FailJob):
+            text = error_text(exc.error)
+            log.info("job %d failed by its handler: %s", job.id, text)
+            await self._finish(qs, slot, "fail", lambda: core.fail(text))
+            return
+        delay: Any = None
+        if isinstance(exc, RetryJob):
+            text = error_text(exc.error)
+            delay = exc.delay
+        else:
+            text = exception_text(exc)
+        log.info(
+            "job %d (attempt %d/%d) raised %s: %s",
+            job.id,
+            job.attempts,
+            job.max_attempts,
+            type(exc).__name__,
+            text,
+            exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
+        )
+        try:
+            make = core.retry(text, delay)
+        except (TypeError, ValueError) as bad:
+            log.warning(
+                "job %d: RetryJob delay %r refused (%s); using the curve", job.id, delay, bad
+            )
+            make = core.retry(text, None)
+        await self._finish(qs, slot, "retry", lambda: make)
+
+    async def _timed_out(
+        self, qs: _QueueState, slot: _Slot, fut: asyncio.Future[Any], timeout: float | None
+    ) -> None:
+        """SPEC Q27: a handler past ``job_timeout`` failed like an exception."""
+        slot.finishing = True
+        job = slot.job
+        text = f"job timed out after {timeout:g} s"
+        if isinstance(fut, asyncio.Task):
+            fut.cancel()
+
+        # A sync handler's thread cannot be stopped: its slot stays taken until
+        # it returns, so the worker never runs more than ``concurrency`` at once.
+        def handler_returned(f: asyncio.Future[Any]) -> None:
+            _consume(f)
+            self._free(qs, slot)
+
+        fut.add_done_callback(handler_returned)
+        log.warning("job %d: %s; retrying", job.id, text)
+        try:
+            try:
+                call = slot.core.retry(text, None)
+            except HandleSpentError:
+                log.warning("job %d: handler finished its ack just at the timeout", job.id)
+                return
+            await self._finish(qs, slot, "retry", lambda: call)
+        finally:
+            qs.held.pop(slot.key, None)
+
+    async def _finish(
+        self, qs: _QueueState, slot: _Slot, what: str, make: Callable[[], Any]
+    ) -> None:
+        try:
+            ok = await self._backend.run(qs.store, make())
+        except HandleSpentError:
+            ok = False
+        except Exception as exc:
+            # The claim lapses and the job is handed out again (at least once).
+            log.warning("job %d: recording %s failed: %s", slot.job.id, what, exc)
+            return
+        if not ok:
+            log.warning("job %d: %s refused, the claim was already lost", slot.job.id, what)
+
+    # -- heartbeats ---------------------------------------------------------------
+
+    async def _heartbeats(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._beat_changed is not None
+        while True:
+            now = loop.time()
+            slots = [s for qs in self._queues for s in qs.held.values() if not s.lost]
+            wait = min(s.next_beat for s in slots) - now if slots else 3600.0
+            if wait > 0:
+                self._beat_changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._beat_changed.wait(), wait)
+                continue
+            await asyncio.gather(*(self._beat_queue(qs) for qs in self._queues))
+
+    async def _beat_queue(self, qs: _QueueState) -> None:
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        # Beat everything at least halfway to its beat time: fewer round trips.
+        due = [s for s in qs.held.values() if not s.lost and s.next_beat - s.beat_every / 2 <= now]
+        if not due:
+            return
+        try:
+            extended = set(
+                await self._backend.run(qs.store, qs.core.heartbeat_claims([s.key for s in due]))
+            )
+        except Exception as exc:
+            log.warning("heartbeat on %s failed: %s; retrying", qs.core.name, exc)
+            for s in due:
+                s.next_beat = now + min(BEAT_RETRY, s.beat_every / 2)
+            return
+        for s in due:
+            if s.job.id in extended:
+                s.next_beat = now + s.beat_every
+            elif not s.finishing and qs.held.get(s.key) is s:
+                s.lost = True
+                qs.held.pop(s.key, None)
+                log.warning(
+                    "job %d: heartbeat found its claim gone (lapsed, cancelled or "
+                    "reclaimed); it will not be acked",
+                    s.job.id,
+                )
+
+    # -- shutdown ---------------------------------------------------------------
+
+    async def _drain(self, completer: Completer) -> None:
+        """SPEC Q27: in-flight handlers get ``shutdown_timeout`` to finish and be acked."""
+        loop = asyncio.get_running_loop()
+        assert self._progress is not None and self._hard_event is not None
+        deadline = loop.time() + self._settings.shutdown_timeout
+        while not self._hard_event.is_set():
+            running = [s for qs in self._queues for s in qs.held.values() if s.running]
+            left = deadline - loop.time()
+            if not running or left <= 0:
+                break
+            self._progress.clear()
+            try:
+                await asyncio.wait_for(self._progress.wait(), left)
+            except TimeoutError:
+                break
+        await self._release_running()
+        # Outcomes under way (acks, retries) finish; then the acks are flushed.
+        finishing = [t for t in self._tasks if not t.done()]
+        if finishing:
+            await asyncio.wait(finishing, timeout=RELEASE_TIMEOUT)
+        if not await completer.drain(RELEASE_TIMEOUT):
+            log.warning(
+                "worker %s: %d ack(s) not flushed at shutdown",
+                self._settings.worker_id,
+                completer.abandon(),
+            )
+
+    async def _release_running(self) -> None:
+        """Past the grace: give running jobs back (pending, due now, attempt kept)."""
+        release: list[tuple[_QueueState, _Slot]] = []
+        for qs in self._queues:
+            for slot in list(qs.held.values()):
+                if slot.running and not slot.finishing:
+                    slot.finishing = True
+                    if slot.task is not None:
+                        slot.task.cancel()
+                    if slot.fut is not None:
+                        if isinstance(slot.fut, asyncio.Task):
+                            slot.fut.cancel()
+                        slot.fut.add_done_callback(_consume)
+                    release.append((qs, slot))
+
+        async def one(qs: _QueueState, slot: _Slot) -> None:
+            try:
+                ok = await self._backend.run(
+                    qs.store, qs.core.release(slot.job.id, slot.job.attempts)
+                )
+            except Exception as exc:
+                log.warning("job %d: release at shutdown failed: %s", slot.job.id, exc)
+                return
+            finally:
+                qs.held.pop(slot.key, None)
+            if ok:
+                log.warning(
+                    "job %d: still running at shutdown; released for other workers", slot.job.id
+                )
+
+        if release:
+            await asyncio.wait_for(
+                asyncio.gather(*(one(qs, s) for qs, s in release)), RELEASE_TIMEOUT
+            )
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    """Retrieve an abandoned handler's outcome so asyncio does not warn about it."""
+    if not fut.cancelled() and fut.exception() is not None:
+        log.debug("abandoned handler finished with %r", fut.exception())
