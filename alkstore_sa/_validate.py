@@ -79,8 +79,9 @@ def duration(value: object, what: str, *, allow_zero: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float | timedelta):
         raise TypeError(f"{what} must be seconds (int/float) or a timedelta, got {value!r}")
     if isinstance(value, int) and abs(value) > MAX_SECONDS:
-        # Checked before float(): an int past ~1e308 would raise OverflowError.
-        raise ValueError(f"{what} must be 0 to {MAX_SECONDS} seconds, got {value!r:.40}")
+        # Checked before float(), which raises OverflowError past ~1e308; the
+        # value is not quoted back (a huge int's str() is refused too).
+        raise ValueError(f"{what} must be between 0 and {MAX_SECONDS} seconds")
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     if not math.isfinite(seconds):
         raise ValueError(f"{what} must be finite, got {value!r}")
