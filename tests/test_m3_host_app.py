@@ -1,0 +1,157 @@
+"""SPEC M3: a host application's Alembic environment takes in our branch.
+
+The test does not restate the recipe: it reads the files and commands out of
+docs/migrations.md, builds the host project in a temporary directory and runs
+the commands there, so the docs and the test cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import URL, create_engine, text
+
+from .conftest import ROOT
+
+DOC = ROOT / "docs" / "migrations.md"
+BIN = Path(sys.executable).parent
+INI_BLOCK = "# alembic.ini, the [alembic] section"
+INIT_BLOCK = "# once, if the application has no Alembic environment yet"
+COMMANDS_BLOCK = "# install or upgrade the store, and apply the application's revisions"
+HOOK_LINE = "        include_name=include_name,\n"
+
+
+@dataclass
+class Recipe:
+    init: list[str]
+    ini_section: str
+    files: dict[str, str]  # relative path -> content
+    commands: list[str]
+
+
+def read_recipe() -> Recipe:
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", DOC.read_text(), flags=re.M | re.S)
+    by_first_line = {b.split("\n", 1)[0]: b for b in blocks}
+
+    def commands(block: str) -> list[str]:
+        lines = (ln.strip() for ln in by_first_line[block].splitlines())
+        return [ln for ln in lines if ln and not ln.startswith("#")]
+
+    files = {
+        first[2:]: block
+        for first, block in by_first_line.items()
+        if re.fullmatch(r"# [\w/]+\.py", first)
+    }
+    return Recipe(
+        init=commands(INIT_BLOCK),
+        ini_section=by_first_line[INI_BLOCK].split("\n", 1)[1],
+        files=files,
+        commands=commands(COMMANDS_BLOCK),
+    )
+
+
+def run(cmd: str, cwd: Path, url: URL) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "DATABASE_URL": url.render_as_string(hide_password=False),
+    }
+    return subprocess.run(
+        shlex.split(cmd), cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def build_host(tmp: Path, recipe: Recipe, url: URL) -> None:
+    for cmd in recipe.init:
+        proc = run(cmd, tmp, url)
+        assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
+    ini = tmp / "alembic.ini"
+    # Replace the generated [alembic] section; keep the logging sections.
+    new_ini, n = re.subn(
+        r"^\[alembic\]\n.*?(?=^\[)", recipe.ini_section + "\n", ini.read_text(), flags=re.M | re.S
+    )
+    assert n == 1
+    ini.write_text(new_ini)
+    for rel, content in recipe.files.items():
+        path = tmp / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    (tmp / "myapp" / "__init__.py").touch()
+
+
+def tables(url: URL) -> set[tuple[str, str]]:
+    eng = create_engine(url)
+    try:
+        with eng.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT schemaname, tablename FROM pg_tables "
+                    "WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+                )
+            )
+            return {(r[0], r[1]) for r in rows}
+    finally:
+        eng.dispose()
+
+
+def test_m3_recipe_is_complete_in_the_docs() -> None:
+    recipe = read_recipe()
+    assert set(recipe.files) == {"migrations/env.py", "myapp/models.py"}
+    assert "alkstore_sa:migrations/versions" in recipe.ini_section
+    assert "path_separator = space" in recipe.ini_section
+    assert HOOK_LINE in recipe.files["migrations/env.py"]
+    assert "alembic upgrade heads" in recipe.commands
+    assert recipe.commands[-1] == "alembic check"
+
+
+def test_m3_host_environment_runs_both_branches_and_autogenerate_leaves_ours(
+    blank_database: URL, tmp_path: Path
+) -> None:
+    recipe = read_recipe()
+    build_host(tmp_path, recipe, blank_database)
+
+    for cmd in recipe.commands:
+        proc = run(cmd, tmp_path, blank_database)
+        assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
+
+    found = tables(blank_database)
+    assert {("public", "widgets"), ("alkstore", "jobs"), ("alkstore", "dead_jobs")} <= found
+    # The host's own version table tracks both heads; ours is not made here.
+    assert ("public", "alembic_version") in found
+    assert ("alkstore", "alkstore_alembic_version") not in found
+    heads = run("alembic current", tmp_path, blank_database).stdout
+    assert "alkstore_0001" in heads
+
+    revisions = {p.name: p.read_text() for p in (tmp_path / "migrations/versions").glob("*.py")}
+    assert len(revisions) == 2, sorted(revisions)
+    first = next(src for src in revisions.values() if "create widgets" in src)
+    later = next(src for src in revisions.values() if "next change" in src)
+    assert "op.create_table('widgets'" in first or 'op.create_table("widgets"' in first
+    for src in revisions.values():
+        for ours in ("jobs", "dead_jobs", "alkstore"):
+            assert ours not in src
+    # Autogenerate against an up-to-date database proposed nothing at all.
+    upgrade_body = later.split("def upgrade()", 1)[1].split("def downgrade()", 1)[0]
+    assert "op." not in upgrade_body
+
+
+def test_m3_without_the_hook_autogenerate_would_drop_our_tables(
+    blank_database: URL, tmp_path: Path
+) -> None:
+    """The control: the recipe's include_name is what keeps our tables safe."""
+    recipe = read_recipe()
+    env_py = recipe.files["migrations/env.py"]
+    recipe.files["migrations/env.py"] = env_py.replace(HOOK_LINE, "")
+    build_host(tmp_path, recipe, blank_database)
+    assert run("alembic upgrade heads", tmp_path, blank_database).returncode == 0
+
+    proc = run("alembic check", tmp_path, blank_database)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    for table in ("jobs", "dead_jobs"):
+        assert f"('remove_table', Table('{table}'" in out, out
