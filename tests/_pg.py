@@ -9,6 +9,7 @@ temporary directory -- as root too: the wheel runs it as a user of its own.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,9 @@ class Server:
         if self.handle is not None:
             self.handle.cleanup()
             self.handle = None
+        if self.tmpdir is not None:  # cleanup() deletes the data dir, not its parent
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
 
 
 def start() -> Server:
