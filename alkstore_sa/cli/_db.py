@@ -1,0 +1,92 @@
+"""Where the CLI's database comes from, and errors a person can act on."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy import URL, Engine, create_engine
+from sqlalchemy.exc import DBAPIError
+
+from .._url import ENV_VAR, describe_connect_error, normalize_url
+from ..schema import DEFAULT_SCHEMA
+
+__all__ = ["SCHEMA_VAR", "CliError", "Target", "open_engine", "resolve_schema", "resolve_url"]
+
+SCHEMA_VAR = "ALKSTORE_SCHEMA"
+# Without it an unroutable host hangs for the kernel's TCP timeout (minutes).
+CONNECT_TIMEOUT = 10
+
+
+class CliError(Exception):
+    """A failure the CLI reports as one line and an exit code (2: usage, 1: runtime)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.message = message.removeprefix("alkstore: ")
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resolved database: its URL and where the URL came from (for messages)."""
+
+    url: URL
+    source: str
+
+    def engine(self) -> Engine:
+        # A CLI command needs one connection: the probe's, handed back and reused.
+        connect_args = (
+            {} if "connect_timeout" in self.url.query else {"connect_timeout": CONNECT_TIMEOUT}
+        )
+        return create_engine(self.url, pool_size=1, max_overflow=2, connect_args=connect_args)
+
+
+def resolve_url(option: str | None, *, required: bool = True) -> Target | None:
+    """``--database-url`` if given, else ``ALKSTORE_DATABASE_URL``."""
+    if option is not None:
+        raw, source = option, "--database-url"
+    else:
+        raw, source = os.environ.get(ENV_VAR, ""), ENV_VAR
+    if not raw.strip():
+        if not required:
+            return None
+        raise CliError(
+            f"no database: set {ENV_VAR} (or pass --database-url) to a "
+            "postgresql+psycopg://user:password@host:port/dbname URL",
+            code=2,
+        )
+    try:
+        return Target(normalize_url(raw.strip(), source=source), source)
+    except ValueError as exc:  # make_url's own ValueErrors (a bad port) land here too
+        message = str(exc)
+        if source not in message:
+            message = f"{source} is not a valid database URL: {message}"
+        raise CliError(message, code=2) from None
+
+
+def resolve_schema(option: str | None) -> str:
+    """``--schema`` if given, else ``ALKSTORE_SCHEMA``, else ``alkstore``; validated."""
+    from .._validate import schema_name
+
+    name = option or os.environ.get(SCHEMA_VAR, "").strip() or DEFAULT_SCHEMA
+    try:
+        return schema_name(name)
+    except ValueError as exc:
+        raise CliError(str(exc), code=2) from None
+
+
+@contextmanager
+def open_engine(target: Target) -> Iterator[Engine]:
+    """An engine on ``target``, probed first: an unreachable server is one line, not a traceback."""
+    engine = target.engine()
+    try:
+        try:
+            engine.connect().close()
+        except DBAPIError as exc:
+            raise CliError(describe_connect_error(exc, source=target.source)) from None
+        yield engine
+    finally:
+        engine.dispose()

@@ -1,0 +1,101 @@
+"""``alkstore worker MODULE:OBJ``: run a Worker defined in the user's code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import inspect
+import logging
+import os
+from typing import Any
+
+from .._url import ENV_VAR
+from ..store import Store
+from ..worker import AsyncWorker, Worker
+from ._db import SCHEMA_VAR, CliError, Target, open_engine
+from ._loader import load_object
+
+__all__ = ["cmd_worker", "setup_logging"]
+
+log = logging.getLogger("alkstore.cli")
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level.upper(),
+        format="%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+    )
+
+
+def _accepts_concurrency(factory: Any) -> bool:
+    try:
+        params = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "concurrency" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _with_concurrency(worker: Worker | AsyncWorker, concurrency: int, spec: str) -> None:
+    # A built worker has no public setter: swap its settings before it runs.
+    # (A factory taking `concurrency=` avoids this: it is called with the value.)
+    from ..worker._runtime import Runtime, Settings
+
+    settings = getattr(worker, "_settings", None)
+    specs = getattr(worker, "_specs", None)
+    if not isinstance(settings, Settings) or specs is None:
+        raise CliError(
+            f"cannot override the concurrency of {spec!r}: make OBJ a function taking "
+            "concurrency= that returns the worker",
+            code=2,
+        )
+    worker._settings = dataclasses.replace(settings, concurrency=concurrency)
+    worker._runtime = Runtime(specs, worker._settings)
+
+
+def resolve_worker(spec: str, concurrency: int | None) -> Worker | AsyncWorker:
+    obj = load_object(spec)
+    if not isinstance(obj, Worker | AsyncWorker):
+        if not callable(obj) or isinstance(obj, type):
+            raise CliError(
+                f"{spec!r} is a {type(obj).__name__}, not a Worker, AsyncWorker or a "
+                "function returning one",
+                code=2,
+            )
+        kwargs = {"concurrency": concurrency} if concurrency and _accepts_concurrency(obj) else {}
+        made = obj(**kwargs)
+        if not isinstance(made, Worker | AsyncWorker):
+            raise CliError(
+                f"{spec!r} returned a {type(made).__name__}, not a Worker or AsyncWorker", code=2
+            )
+        if kwargs:
+            return made
+        obj = made
+    if concurrency is not None:
+        _with_concurrency(obj, concurrency, spec)
+    return obj
+
+
+def _preflight(target: Target, schema: str) -> None:
+    """Fail fast, in one line, on the database the user's module will read from the env."""
+    with open_engine(target) as engine, Store(engine, schema=schema) as store:
+        store.queue("preflight").get_job(1)  # a pure read: raises SchemaMissingError
+
+
+def cmd_worker(args: argparse.Namespace, target: Target, schema: str) -> int:
+    setup_logging(args.log_level)
+    _preflight(target, schema)
+    # The user's module builds its own Store, typically from these variables:
+    # make `--database-url/--schema` reach it.
+    os.environ[ENV_VAR] = target.url.render_as_string(hide_password=False)
+    os.environ[SCHEMA_VAR] = schema
+    worker = resolve_worker(args.target, args.concurrency)
+    log.info(
+        "worker %s from %s: starting (Ctrl-C or SIGTERM stops it)", worker.worker_id, args.target
+    )
+    if isinstance(worker, AsyncWorker):
+        asyncio.run(worker.run())
+    else:
+        worker.run()
+    log.info("worker %s stopped", worker.worker_id)
+    return 0

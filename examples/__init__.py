@@ -1,0 +1,1 @@
+"""Runnable examples: ``alkstore worker examples.tasks:worker`` and the demo app."""
