@@ -57,13 +57,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help=f"PostgreSQL schema of the store (default: ${SCHEMA_VAR}, else {DEFAULT_SCHEMA})",
     )
-    logging_opts = argparse.ArgumentParser(add_help=False)
-    logging_opts.add_argument(
-        "--log-level",
-        default="info",
-        choices=["debug", "info", "warning", "error"],
-        help="logging level (default: info)",
-    )
+
+    def logging_opts(default: str) -> argparse.ArgumentParser:
+        # One parser per command: argparse shares parent actions, so a shared
+        # one would let the demo's default leak into the worker's.
+        opts = argparse.ArgumentParser(add_help=False)
+        opts.add_argument(
+            "--log-level",
+            default=default,
+            choices=["debug", "info", "warning", "error"],
+            help=f"logging level (default: {default})",
+        )
+        return opts
 
     parser = argparse.ArgumentParser(
         prog="alkstore",
@@ -83,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "worker",
-        parents=[common, logging_opts],
+        parents=[common, logging_opts("info")],
         help="run a Worker defined in your code: MODULE:OBJ",
         description="Run a Worker (or AsyncWorker) until SIGTERM/SIGINT. OBJ is the worker, "
         "or a callable returning one. The current directory is on the import path.",
@@ -133,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "demo",
-        parents=[common, logging_opts],
+        parents=[common, logging_opts("warning")],
         help="run the receipts demo (starts a throwaway PostgreSQL if no URL is set)",
         description="Orders and their receipt jobs written in one transaction, drained by a "
         "Worker with a live progress bar; ends with a table of results. Without a "
@@ -141,7 +146,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--orders", type=_positive_int, default=2000, help="orders (default 2000)")
     p.add_argument("--concurrency", type=_positive_int, default=8, help="handler slots (8)")
-    p.set_defaults(log_level="warning")
     return parser
 
 

@@ -90,12 +90,9 @@ def cmd_worker(args: argparse.Namespace, target: Target, schema: str) -> int:
     os.environ[ENV_VAR] = target.url.render_as_string(hide_password=False)
     os.environ[SCHEMA_VAR] = schema
     worker = resolve_worker(args.target, args.concurrency)
-    log.info(
-        "worker %s from %s: starting (Ctrl-C or SIGTERM stops it)", worker.worker_id, args.target
-    )
+    log.info("running %s; SIGTERM or Ctrl-C stops it gracefully", args.target)
     if isinstance(worker, AsyncWorker):
         asyncio.run(worker.run())
     else:
         worker.run()
-    log.info("worker %s stopped", worker.worker_id)
     return 0
