@@ -323,6 +323,38 @@ def test_q27_cli_worker_concurrency_overrides_the_definition(
     assert _max_overlap(tmp_path / "runs.log") == 3
 
 
+_ASYNC_TASKS = """
+import os
+from sqlalchemy.ext.asyncio import create_async_engine
+from alkstore_sa import AsyncStore, AsyncWorker
+
+store = AsyncStore(create_async_engine(os.environ["ALKSTORE_DATABASE_URL"]))
+pings = store.queue("pings")
+LOG = os.path.join(os.path.dirname(__file__), "pings.log")
+
+async def handler(job, session):
+    with open(LOG, "a") as fh:
+        fh.write(f"{job.id}\\n")
+
+worker = AsyncWorker({pings: handler}, poll_interval=0.2)
+"""
+
+
+def test_q27_cli_worker_runs_an_async_worker(
+    database_url: URL, store_on: Store, tmp_path: Path
+) -> None:
+    (tmp_path / "asynctasks.py").write_text(textwrap.dedent(_ASYNC_TASKS))
+    q = store_on.queue("pings")
+    ids = q.enqueue_many([b"a", b"b"])
+    proc = _start_worker(database_url, "asynctasks:worker", cwd=tmp_path)
+    try:
+        _wait_for(lambda: all(q.get_job(i) is None for i in ids))
+    finally:
+        code, err = _stop(proc)
+    assert code == 0, err
+    assert sorted(map(int, (tmp_path / "pings.log").read_text().split())) == ids
+
+
 # --- errors ----------------------------------------------------------------------------
 
 
