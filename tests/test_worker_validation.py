@@ -74,7 +74,7 @@ def test_worker_refuses_bad_handlers_and_queues(sq: Any, aq: Any) -> None:
     with pytest.raises(ValueError, match="at least one queue"):
         Worker({})
     with pytest.raises(TypeError, match="callable"):
-        Worker({sq: "not a function"})
+        Worker({sq: "not a function"})  # type: ignore[dict-item]
     with pytest.raises(TypeError, match=r"\(job\) or \(job, session\)"):
         Worker({sq: lambda a, b, c: None})
     with pytest.raises(TypeError, match="AsyncWorker"):
@@ -82,7 +82,7 @@ def test_worker_refuses_bad_handlers_and_queues(sq: Any, aq: Any) -> None:
     with pytest.raises(TypeError, match="Queue"):
         Worker({aq: plain})
     with pytest.raises(TypeError, match="Queue"):
-        Worker({"q": plain})
+        Worker({"q": plain})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="twice"):
         Worker({sq: plain, sq._store.queue("q"): plain})
 
@@ -111,7 +111,7 @@ def test_worker_handler_shapes_are_read_from_signatures(sq: Any) -> None:
 
     def two(job: Job, session: Session, extra: int) -> None: ...
 
-    shapes = {
+    shapes: dict[str, Any] = {
         "default": with_default,
         "object": Callable(),
         "partial": functools.partial(two, extra=1),

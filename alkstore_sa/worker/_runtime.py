@@ -107,7 +107,8 @@ class Runtime:
         self._specs = specs
         self._settings = settings
         self._backend: Backend
-        self._lock = threading.Lock()
+        # Reentrant: stop() may run from a signal handler on the thread holding it.
+        self._lock = threading.RLock()
         self._stops = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
@@ -189,9 +190,12 @@ class Runtime:
             done, _ = await asyncio.wait(watched, return_when=asyncio.FIRST_COMPLETED)
             stopped.cancel()
             for task in done - {stopped}:
+                error = None if task.cancelled() else task.exception()
+                if error is None and self.stopping:
+                    continue  # a producer that saw the stop first
                 # A runtime task never ends on its own: that is a bug, so stop
                 # cleanly and let run() raise it rather than idle half-dead.
-                crashed = task.exception() if not task.cancelled() else None
+                crashed = error
                 log.error("worker task %s ended unexpectedly", task.get_name(), exc_info=crashed)
                 self.stop()
                 self._apply_stop()
@@ -497,9 +501,11 @@ class Runtime:
                 s.next_beat = now + min(BEAT_RETRY, s.beat_every / 2)
             return
         for s in due:
-            if s.job.id in extended:
+            if s.job.id in extended or s.finishing:
+                # A finishing job's row may be gone already: its outcome says
+                # what happened; just do not beat it again at once.
                 s.next_beat = now + s.beat_every
-            elif not s.finishing and qs.held.get(s.key) is s:
+            elif qs.held.get(s.key) is s:
                 s.lost = True
                 qs.held.pop(s.key, None)
                 log.warning(
@@ -568,9 +574,12 @@ class Runtime:
                 )
 
         if release:
-            await asyncio.wait_for(
-                asyncio.gather(*(one(qs, s) for qs, s in release)), RELEASE_TIMEOUT
-            )
+            try:
+                await asyncio.wait_for(
+                    asyncio.gather(*(one(qs, s) for qs, s in release)), RELEASE_TIMEOUT
+                )
+            except TimeoutError:
+                log.warning("releasing %d job(s) at shutdown timed out", len(release))
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:
