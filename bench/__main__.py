@@ -1,0 +1,5 @@
+"""``python -m bench``: run the suite (``--help`` for options)."""
+
+from bench.cli import main
+
+raise SystemExit(main())

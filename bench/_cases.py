@@ -1,0 +1,154 @@
+"""E1/E2 and the S1 backlog, for alkstore_sa and the raw psycopg baseline.
+
+Every case starts on empty tables (``reset``) and warms its statements
+before the clock starts, so each side is timed at its steady state.
+"""
+
+from __future__ import annotations
+
+import time
+
+from sqlalchemy import create_engine
+
+from alkstore_sa import Store
+
+from ._db import Database
+from ._progress import Bar
+from ._report import Figure
+
+PAYLOAD = b'{"task": "noop"}'
+CHANNEL = "alkstore.bench"
+
+# Raw E1: the least one enqueue can be -- one autocommit statement that
+# inserts the row and notifies the channel (the notify in the same statement,
+# so it is sent at commit, as alkstore's is).
+RAW_INSERT_NOTIFY = """
+WITH ins AS (
+  INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts, visibility_timeout)
+  VALUES (%(q)s, %(p)s, statement_timestamp(), 5, interval '30 seconds')
+  RETURNING id),
+wake AS (SELECT pg_notify(%(c)s, ''))
+SELECT ins.id FROM ins, wake
+"""
+# Raw E2: one multi-row insert of a whole batch (bytea[] unnested) + one notify.
+RAW_INSERT_MANY = """
+WITH ins AS (
+  INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts, visibility_timeout)
+  SELECT %(q)s, p, statement_timestamp(), 5, interval '30 seconds'
+    FROM unnest(%(ps)s::bytea[]) WITH ORDINALITY AS u(p, o) ORDER BY o
+  RETURNING id),
+wake AS (SELECT pg_notify(%(c)s, ''))
+SELECT ins.id FROM ins, wake
+"""
+
+
+def reset(db: Database) -> None:
+    """Empty the live and dead tables (the next case starts from nothing)."""
+    with db.connect() as conn:
+        conn.execute("TRUNCATE alkstore.jobs, alkstore.dead_jobs")
+
+
+def _store(db: Database) -> Store:
+    return Store(create_engine(db.sa_url(), pool_size=2, max_overflow=0))
+
+
+def e1_alkstore(db: Database, jobs: int, label: str) -> Figure:
+    store = _store(db)
+    q = store.queue("e1")
+    for _ in range(20):
+        store.queue("bench-warmup").enqueue(PAYLOAD)
+    bar = Bar(label, jobs)
+    t0 = time.perf_counter()
+    for _ in range(jobs):
+        q.enqueue(PAYLOAD)
+        bar.advance()
+    seconds = time.perf_counter() - t0
+    bar.close(rate=bar.done / seconds)
+    store.engine.dispose()
+    return Figure("E1", "alkstore", "1 job per transaction", jobs, seconds)
+
+
+def e1_raw(db: Database, jobs: int, label: str) -> Figure:
+    with db.connect() as conn:
+        for _ in range(20):
+            conn.execute(RAW_INSERT_NOTIFY, {"q": "bench-warmup", "p": PAYLOAD, "c": CHANNEL})
+        bar = Bar(label, jobs)
+        t0 = time.perf_counter()
+        for _ in range(jobs):
+            conn.execute(RAW_INSERT_NOTIFY, {"q": "e1", "p": PAYLOAD, "c": CHANNEL}).fetchone()
+            bar.advance()
+        seconds = time.perf_counter() - t0
+        bar.close(rate=bar.done / seconds)
+    return Figure("E1", "raw-psycopg", "insert+notify, 1 round trip", jobs, seconds)
+
+
+def e2_alkstore(db: Database, batches: int, size: int, label: str) -> Figure:
+    store = _store(db)
+    q = store.queue("e2")
+    batch = [PAYLOAD] * size
+    for _ in range(3):
+        store.queue("bench-warmup").enqueue_many(batch)
+    bar = Bar(label, batches * size)
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        q.enqueue_many(batch)
+        bar.advance(size)
+    seconds = time.perf_counter() - t0
+    bar.close(rate=bar.done / seconds)
+    store.engine.dispose()
+    return Figure("E2", "alkstore", f"enqueue_many x {size:,}", batches * size, seconds)
+
+
+def e2_raw(db: Database, batches: int, size: int, label: str) -> Figure:
+    batch = [PAYLOAD] * size
+    with db.connect() as conn:
+        for _ in range(6):
+            conn.execute(RAW_INSERT_MANY, {"q": "bench-warmup", "ps": batch, "c": CHANNEL})
+        bar = Bar(label, batches * size)
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            conn.execute(RAW_INSERT_MANY, {"q": "e2", "ps": batch, "c": CHANNEL}).fetchall()
+            bar.advance(size)
+        seconds = time.perf_counter() - t0
+        bar.close(rate=bar.done / seconds)
+    return Figure("E2", "raw-psycopg", f"multi-row insert x {size:,}", batches * size, seconds)
+
+
+def fill(db: Database, queue: str, jobs: int) -> None:
+    """Pre-enqueue ``jobs`` due jobs through the public API (not timed)."""
+    store = _store(db)
+    q = store.queue(queue)
+    for start in range(0, jobs, 5_000):
+        q.enqueue_many([PAYLOAD] * min(5_000, jobs - start))
+    store.engine.dispose()
+
+
+def grow(db: Database, queue: str, future: int, dead: int) -> None:
+    """S1's weight: ``future`` not-yet-due live rows and ``dead`` dead rows in ``queue``.
+
+    Bulk-made in SQL (generate_series): far faster than enqueueing them, and
+    the rows are what enqueue_many and a dead-letter move would have left.
+    """
+    with db.connect() as conn:
+        conn.execute(
+            """
+            INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts, visibility_timeout)
+            SELECT %(q)s, %(p)s, statement_timestamp() + interval '1 day', 5,
+                   interval '30 seconds'
+              FROM generate_series(1, %(k)s)
+            """,
+            {"q": queue, "p": PAYLOAD, "k": future},
+        )
+        conn.execute(
+            """
+            INSERT INTO alkstore.dead_jobs (id, queue, payload, priority, run_at, attempts,
+                   max_attempts, visibility_timeout, created_at, last_error, died_at)
+            SELECT 1000000000000 + g, %(q)s, %(p)s, 0, statement_timestamp(), 5, 5,
+                   interval '30 seconds', statement_timestamp(), 'max attempts exceeded',
+                   statement_timestamp()
+              FROM generate_series(1, %(k)s) AS g
+            """,
+            {"q": queue, "p": PAYLOAD, "k": dead},
+        )
+        conn.execute("VACUUM (ANALYZE) alkstore.jobs")
+        conn.execute("VACUUM (ANALYZE) alkstore.dead_jobs")

@@ -1,0 +1,148 @@
+"""D1/S1: several processes drain one queue with claim + ack, batch ``n``.
+
+Each process (``spawn``, so nothing is inherited) opens its connection,
+warms its statements on an empty queue, reports ready and waits for the
+start signal; then it claims ``n`` and acks them until a claim comes back
+empty.  The time is from the first process's start to the last one's end
+(``perf_counter`` is the system-wide monotonic clock on Linux, so the
+processes' readings compare).  Setup and process start are not timed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ._progress import Bar
+
+# Raw psycopg: the same design written by hand, the least any client of this
+# table layout can do per batch: one SKIP LOCKED claim (UPDATE ... RETURNING
+# the rows, as a worker needs them) and one DELETE of the batch by id.
+RAW_CLAIM = """
+UPDATE alkstore.jobs AS j
+   SET status = 'processing', attempts = j.attempts + 1, worker_id = %(w)s,
+       claim_deadline = statement_timestamp() + j.visibility_timeout
+  FROM (SELECT id FROM alkstore.jobs
+         WHERE queue = %(q)s AND status = 'pending' AND run_at <= statement_timestamp()
+         ORDER BY priority DESC, run_at, id
+         LIMIT %(n)s
+           FOR UPDATE SKIP LOCKED) AS c
+ WHERE j.id = c.id
+RETURNING j.*
+"""
+RAW_ACK = "DELETE FROM alkstore.jobs WHERE id = ANY(%(ids)s) AND status = 'processing'"
+
+
+@dataclass
+class DrainResult:
+    jobs: int
+    seconds: float
+
+
+def _alk_loop(dsn_sa: str, queue: str, n: int, wid: str) -> tuple[Callable[[], int], Any]:
+    from sqlalchemy import create_engine
+
+    from alkstore_sa import Store
+
+    engine = create_engine(dsn_sa, pool_size=1, max_overflow=0)
+    store = Store(engine)
+    warm = store.queue("bench-warmup")
+    for h in warm.claim_batch(wid, n):  # pragma: no cover - the warmup queue is empty
+        h.ack()
+    warm.ack_batch([1])
+    q = store.queue(queue)
+
+    def step() -> int:
+        handles = q.claim_batch(wid, n)
+        if handles:
+            q.ack_batch([h.id for h in handles])
+        return len(handles)
+
+    return step, engine
+
+
+def _raw_loop(dsn: str, queue: str, n: int, wid: str) -> tuple[Callable[[], int], Any]:
+    import psycopg
+
+    conn = psycopg.connect(dsn, autocommit=True)
+    warm = {"w": wid, "q": "bench-warmup", "n": n}
+    for _ in range(6):  # past psycopg's prepare_threshold (5): both statements prepared
+        conn.execute(RAW_CLAIM, warm).fetchall()
+        conn.execute(RAW_ACK, {"ids": [1]})
+
+    def step() -> int:
+        rows = conn.execute(RAW_CLAIM, {"w": wid, "q": queue, "n": n}).fetchall()
+        if rows:
+            conn.execute(RAW_ACK, {"ids": [r[0] for r in rows]})
+        return len(rows)
+
+    return step, conn
+
+
+def _child(
+    kind: str,
+    dsn: str,
+    queue: str,
+    n: int,
+    idx: int,
+    ready: Any,
+    go: Any,
+    counts: Any,
+    out: Any,
+) -> None:
+    wid = f"bench-{kind}-{idx}"
+    step, resource = (_alk_loop if kind == "alkstore" else _raw_loop)(dsn, queue, n, wid)
+    ready.put(idx)
+    go.wait()
+    done = 0
+    t0 = time.perf_counter()
+    while True:
+        got = step()
+        if not got:
+            break
+        done += got
+        counts[idx] = done
+    t1 = time.perf_counter()
+    out.put((idx, t0, t1, done))
+    if kind == "alkstore":
+        resource.dispose()
+    else:
+        resource.close()
+
+
+def drain(
+    kind: str, dsn: str, queue: str, n: int, procs: int, total: int, label: str
+) -> DrainResult:
+    """Run one drain; ``dsn`` is a SQLAlchemy URL for alkstore, a libpq URI for raw."""
+    ctx = mp.get_context("spawn")
+    ready, out = ctx.Queue(), ctx.Queue()
+    go = ctx.Event()
+    counts = ctx.Array("q", procs, lock=False)
+    children = [
+        ctx.Process(target=_child, args=(kind, dsn, queue, n, i, ready, go, counts, out))
+        for i in range(procs)
+    ]
+    for c in children:
+        c.start()
+    for _ in children:
+        ready.get(timeout=120)
+    bar = Bar(label, total)
+    go.set()
+    results = []
+    while len(results) < procs:
+        try:
+            results.append(out.get(timeout=0.1))
+        except Exception:  # queue.Empty: not finished yet, redraw
+            if not any(c.is_alive() for c in children) and out.empty():
+                raise RuntimeError(f"{label}: a drain process died") from None
+        bar.set(sum(counts[:]))
+    for c in children:
+        c.join(timeout=60)
+    jobs = sum(r[3] for r in results)
+    seconds = max(r[2] for r in results) - min(r[1] for r in results)
+    bar.set(jobs)
+    bar.close(rate=jobs / seconds)
+    return DrainResult(jobs=jobs, seconds=seconds)

@@ -1,0 +1,172 @@
+"""Figures, the targets of issue 6 as ratios in one run, the table and the JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Figure:
+    """One measured case: ``case`` (E1, D1, ...), who ran it, and its shape."""
+
+    case: str
+    system: str  # alkstore | raw-psycopg | pgqueuer-asyncpg | pgqueuer-psycopg
+    shape: str  # e.g. "n=10, 4 procs"
+    jobs: int
+    seconds: float
+    extra: dict[str, float] = field(default_factory=dict)  # latencies etc.
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def key(self) -> str:
+        return f"{self.case}|{self.system}|{self.shape}"
+
+
+@dataclass
+class Target:
+    name: str
+    rule: str  # human text, e.g. ">= 0.7 x raw"
+    value: float | None  # the measured ratio or latency; None when a side is missing
+    threshold: float
+    higher_is_better: bool
+    unit: str = "x"
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        if self.higher_is_better:
+            return self.value >= self.threshold
+        return self.value <= self.threshold
+
+
+class Figures:
+    def __init__(self) -> None:
+        self.items: list[Figure] = []
+
+    def add(self, fig: Figure) -> Figure:
+        self.items.append(fig)
+        return fig
+
+    def find(self, case: str, system: str, shape_prefix: str = "") -> Figure | None:
+        for f in self.items:
+            if f.case == case and f.system == system and f.shape.startswith(shape_prefix):
+                return f
+        return None
+
+    def best(self, case: str, systems: list[str]) -> Figure | None:
+        found = [f for s in systems if (f := self.find(case, s)) is not None]
+        return max(found, key=lambda f: f.rate) if found else None
+
+
+def _ratio(a: Figure | None, b: Figure | None) -> float | None:
+    if a is None or b is None or b.rate == 0:
+        return None
+    return a.rate / b.rate
+
+
+PGQ = ["pgqueuer-asyncpg", "pgqueuer-psycopg"]
+
+
+def targets(figs: Figures) -> list[Target]:
+    """Issue 6's targets, each computed from figures of this run only."""
+    out: list[Target] = []
+    f = figs.find
+    for n in ("n=10", "n=100"):
+        out.append(
+            Target(
+                f"D1 {n} vs raw",
+                ">= 0.7 x raw psycopg drain",
+                _ratio(f("D1", "alkstore", n), f("D1", "raw-psycopg", n)),
+                0.7,
+                True,
+            )
+        )
+    out.append(
+        Target(
+            "D2 vs pgqueuer-asyncpg drain",
+            ">= 2 x pgqueuer-asyncpg (5 consumers x batch 10)",
+            _ratio(f("D2", "alkstore"), f("D2", "pgqueuer-asyncpg")),
+            2.0,
+            True,
+        )
+    )
+    out.append(
+        Target(
+            "E2 vs pgqueuer batch enqueue",
+            ">= 2 x pgqueuer's batch enqueue (its faster driver)",
+            _ratio(f("E2", "alkstore"), figs.best("E2", PGQ)),
+            2.0,
+            True,
+        )
+    )
+    out.append(
+        Target(
+            "E1 vs raw insert+notify",
+            ">= 0.9 x raw one-round-trip insert+notify",
+            _ratio(f("E1", "alkstore"), f("E1", "raw-psycopg")),
+            0.9,
+            True,
+        )
+    )
+    l1 = f("L1", "alkstore")
+    for pct, limit in (("p50", 3.0), ("p99", 15.0)):
+        out.append(
+            Target(
+                f"L1 {pct}",
+                f"<= {limit:g} ms",
+                None if l1 is None else l1.extra.get(f"{pct}_ms"),
+                limit,
+                False,
+                unit="ms",
+            )
+        )
+    for n in ("n=10", "n=100"):
+        out.append(
+            Target(
+                f"S1 {n} vs D1 {n}",
+                ">= 0.8 x D1 (1M future + 100k dead rows present)",
+                _ratio(f("S1", "alkstore", n), f("D1", "alkstore", n)),
+                0.8,
+                True,
+            )
+        )
+    return out
+
+
+def table(figs: Figures, tgts: list[Target]) -> str:
+    lines = [
+        f"{'case':<5} {'system':<18} {'shape':<34} {'jobs':>9} {'seconds':>8} "
+        f"{'jobs/s':>10}  notes",
+        "-" * 100,
+    ]
+    for x in figs.items:
+        notes = ", ".join(f"{k}={v:.2f}" for k, v in x.extra.items())
+        lines.append(
+            f"{x.case:<5} {x.system:<18} {x.shape:<34} {x.jobs:>9,} {x.seconds:>8.2f} "
+            f"{x.rate:>10,.0f}  {notes}"
+        )
+    lines += ["", f"{'target':<32} {'rule':<52} {'value':>9}  verdict", "-" * 100]
+    for t in tgts:
+        value = "n/a" if t.value is None else f"{t.value:.2f}{'x' if t.unit == 'x' else ' ms'}"
+        verdict = {True: "met", False: "MISSED", None: "not measured"}[t.met]
+        lines.append(f"{t.name:<32} {t.rule:<52} {value:>9}  {verdict}")
+    return "\n".join(lines)
+
+
+def write_json(
+    path: Path, meta: dict[str, Any], sizes: dict[str, int], figs: Figures, tgts: list[Target]
+) -> None:
+    doc = {
+        "meta": meta,
+        "sizes": sizes,
+        "figures": [{**asdict(f), "rate": f.rate} for f in figs.items],
+        "targets": [{**asdict(t), "met": t.met} for t in tgts],
+    }
+    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")

