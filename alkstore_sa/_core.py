@@ -201,7 +201,16 @@ class HandleCore:
             with self._lock:
                 self._check_unspent()
                 self._spent = True
-            return op(conn)
+            try:
+                return op(conn)
+            except BaseException:
+                # It returned nothing (a connection cut, a statement error), so
+                # the caller may call again (SPEC Q30): safe, as each terminal
+                # statement is guarded by the claim, so repeating one that did
+                # commit finds the claim gone and returns False.
+                with self._lock:
+                    self._spent = False
+                raise
 
         return run
 
