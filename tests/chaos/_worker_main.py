@@ -1,0 +1,130 @@
+"""One chaos worker process: a ``Worker`` (or ``AsyncWorker``) over one queue.
+
+Run as ``python tests/chaos/_worker_main.py '<json config>'``; it works until
+SIGTERM (graceful: ``run()`` returns) or SIGKILL (nothing returns).  Every
+handler run is first logged in ``chaos_runs`` through a separate engine in
+autocommit (so the log survives kills and rollbacks); a session-scoped
+handler then writes its effect to ``chaos_effects`` in the handler's
+session, which commits with the ack or not at all (SPEC Q28).  On a
+graceful exit it prints one JSON line with its pool's state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import random
+import resource
+import sys
+import time
+from typing import Any
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
+
+from alkstore_sa import AsyncStore, AsyncWorker, Job, Store, Worker
+
+RUN = text("INSERT INTO chaos_runs (job_id, attempt, pid) VALUES (:job_id, :attempt, :pid)")
+EFFECT = text("INSERT INTO chaos_effects (job_id, attempt, pid) VALUES (:job_id, :attempt, :pid)")
+
+
+def _row(job: Job) -> dict[str, Any]:
+    return {"job_id": job.id, "attempt": job.attempts, "pid": os.getpid()}
+
+
+def _engine_kw(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "pool_size": cfg.get("pool_size", 5),
+        "max_overflow": cfg.get("max_overflow", 10),
+        "pool_timeout": cfg.get("pool_timeout", 30),
+        "pool_pre_ping": True,
+        # Lets the test count this pool's server connections in pg_stat_activity.
+        "connect_args": {"application_name": f"chaos-pool-{os.getpid()}"},
+    }
+
+
+def _worker_kw(cfg: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "concurrency": cfg.get("concurrency", 8),
+        "poll_interval": cfg.get("poll_interval", 0.5),
+        "shutdown_timeout": cfg.get("shutdown_timeout", 5),
+        "worker_id": f"chaos-{os.getpid()}",
+    }
+
+
+def _pause(cfg: dict[str, Any]) -> float:
+    return random.uniform(0, cfg.get("work_ms", 0)) / 1000
+
+
+def run_sync(cfg: dict[str, Any]) -> dict[str, Any]:
+    engine = create_engine(cfg["url"], **_engine_kw(cfg))
+    recorder = create_engine(cfg["url"], pool_size=2, isolation_level="AUTOCOMMIT")
+
+    def record(job: Job) -> None:
+        with recorder.connect() as conn:
+            conn.execute(RUN, _row(job))
+
+    def session_handler(job: Job, session: Session) -> None:
+        record(job)
+        time.sleep(_pause(cfg))
+        session.execute(EFFECT, _row(job))
+
+    def plain_handler(job: Job) -> None:
+        record(job)
+        time.sleep(_pause(cfg))
+
+    store = Store(engine)
+    queue = store.queue(cfg["queue"])
+    handler = session_handler if cfg.get("session", True) else plain_handler
+    Worker({queue: handler}, **_worker_kw(cfg)).run()
+    report = {"checkedout": engine.pool.checkedout(), "pool": engine.pool.status()}
+    engine.dispose()
+    recorder.dispose()
+    return report
+
+
+async def run_async(cfg: dict[str, Any]) -> dict[str, Any]:
+    engine = create_async_engine(cfg["url"], **_engine_kw(cfg))
+    recorder = create_async_engine(cfg["url"], pool_size=2, isolation_level="AUTOCOMMIT")
+
+    async def record(job: Job) -> None:
+        async with recorder.connect() as conn:
+            await conn.execute(RUN, _row(job))
+
+    async def session_handler(job: Job, session: AsyncSession) -> None:
+        await record(job)
+        await asyncio.sleep(_pause(cfg))
+        await session.execute(EFFECT, _row(job))
+
+    async def plain_handler(job: Job) -> None:
+        await record(job)
+        await asyncio.sleep(_pause(cfg))
+
+    store = AsyncStore(engine)
+    queue = store.queue(cfg["queue"])
+    handler = session_handler if cfg.get("session", True) else plain_handler
+    await AsyncWorker({queue: handler}, **_worker_kw(cfg)).run()
+    report = {"checkedout": engine.sync_engine.pool.checkedout()}
+    await engine.dispose()
+    await recorder.dispose()
+    return report
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s",
+    )
+    report = asyncio.run(run_async(cfg)) if cfg.get("async") else run_sync(cfg)
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    report["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 2)
+    print(json.dumps(report), flush=True)
+
+
+if __name__ == "__main__":
+    main()
