@@ -21,12 +21,23 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import URL, Engine, text
 from sqlalchemy.orm import Session
 
-from alkstore_sa import EnqueueOpts, InvalidNameError, QueueOpts, Store
+from alkstore_sa import (
+    AsyncWorker,
+    EnqueueOpts,
+    FailJob,
+    InvalidNameError,
+    Job,
+    QueueOpts,
+    RetryJob,
+    Store,
+    Worker,
+)
 
 from ._sqlspy import SqlSpy, sync_engine_of
+from ._workers import KINDS, handler, start_worker, wait_for
 
 QUEUE = "q_marker_7f3"
 WORKER = "w_marker_9c1"
@@ -201,3 +212,62 @@ def test_q6_session_path_binds_values_too(engine: Engine) -> None:
     for statement, _params in spy.statements:
         for marker in TEXT_MARKERS + NUMBER_MARKERS:
             assert marker not in statement
+
+
+HOSTILE_QUEUE = 'q_marker_7f3";UNLISTEN/**/*;--'
+LISTEN_QUERY = """
+SELECT query FROM pg_stat_activity
+WHERE datname = current_database() AND query LIKE 'LISTEN %' AND application_name = :app
+"""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_q26_worker_binds_values_and_listens_on_a_quoted_hostile_channel(
+    kind: str, database_url: URL, store: Store
+) -> None:
+    """The runtime's statements bind their values; its LISTEN quotes the channel
+    as an identifier, so a queue name with quotes and semicolons still wakes it."""
+    opts = QueueOpts(max_attempts=9137, visibility_timeout=4321.25)
+    spies: list[SqlSpy] = []
+
+    def work(job: Job) -> None:
+        if job.payload == b"fail":
+            raise FailJob(FAIL_ERROR)
+        if job.payload == b"retry":
+            raise RetryJob(RETRY_ERROR, delay=RETRY_DELAY)
+
+    def build(s: Any) -> Worker | AsyncWorker:
+        spies.append(SqlSpy(sync_engine_of(s)))
+        cls = Worker if kind == "sync" else AsyncWorker
+        # A re-poll far away: only the wake on the quoted channel can bring jobs in.
+        return cls(
+            {s.queue(HOSTILE_QUEUE, opts): handler(kind, work)},
+            poll_interval=60,
+            worker_id=WORKER,
+            handle_signals=False,
+        )
+
+    running = start_worker(kind, database_url, build)
+    try:
+        with store.engine.connect() as conn:
+            listen = wait_for(
+                lambda: conn.execute(text(LISTEN_QUERY), {"app": f"alkstore {WORKER}"}).scalar()
+            )
+        q = store.queue(HOSTILE_QUEUE, opts)
+        assert listen == 'LISTEN "alkstore.q_marker_7f3"";UNLISTEN/**/*;--"'
+        ok, failed, retried = (q.enqueue(p) for p in (b"ok", b"fail", b"retry"))
+        wait_for(lambda: q.get_job(ok) is None, timeout=10)
+        wait_for(lambda: q.get_job(failed).status == "dead", timeout=10)  # type: ignore[union-attr]
+        wait_for(lambda: q.get_job(retried).status == "pending", timeout=10)  # type: ignore[union-attr]
+    finally:
+        running.stop()
+        for spy in spies:
+            spy.close()
+    assert q.get_job(failed).last_error == FAIL_ERROR  # type: ignore[union-attr]
+    assert q.get_job(retried).last_error == RETRY_ERROR  # type: ignore[union-attr]
+    [spy] = spies
+    assert len(spy.statements) >= 3  # claims, the ack, the fail and the retry
+    for statement, _params in spy.statements:
+        for marker in TEXT_MARKERS + NUMBER_MARKERS:
+            assert marker not in statement, f"{marker!r} pasted into SQL: {statement}"
+        assert "'" not in statement, f"a string literal in SQL text: {statement}"

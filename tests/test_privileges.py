@@ -24,7 +24,18 @@ from sqlalchemy import URL, Engine, create_engine, text
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.orm import Session
 
-from alkstore_sa import EnqueueOpts, QueueOpts, Store, SweepResult
+from alkstore_sa import (
+    AsyncWorker,
+    EnqueueOpts,
+    FailJob,
+    Job,
+    QueueOpts,
+    Store,
+    SweepResult,
+    Worker,
+)
+
+from ._workers import KINDS, handler, start_worker, wait_for
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "privileges.md"
 INSUFFICIENT_PRIVILEGE = "42501"
@@ -36,6 +47,8 @@ class Roles:
     app: Store
     worker: Store
     owner: Store
+    worker_url: URL  # connects as the worker role (for the Worker runtime's own engine)
+    app_url: URL
 
 
 def _grant_blocks() -> list[str]:
@@ -43,8 +56,12 @@ def _grant_blocks() -> list[str]:
     return [b for b in blocks if "GRANT" in b and "CREATE ROLE alkstore_" in b]
 
 
+def _as(url: URL, role: str) -> URL:
+    return url.update_query_dict({"options": f"-c role={role}"})
+
+
 def _engine_as(url: URL, role: str) -> Engine:
-    return create_engine(url.update_query_dict({"options": f"-c role={role}"}))
+    return create_engine(_as(url, role))
 
 
 @pytest.fixture
@@ -65,7 +82,13 @@ def roles(database_url: URL, engine: Engine) -> Iterator[Roles]:
             conn.exec_driver_sql(sql)
     engines = [_engine_as(database_url, app), _engine_as(database_url, worker)]
     try:
-        yield Roles(app=Store(engines[0]), worker=Store(engines[1]), owner=Store(engine))
+        yield Roles(
+            app=Store(engines[0]),
+            worker=Store(engines[1]),
+            owner=Store(engine),
+            worker_url=_as(database_url, worker),
+            app_url=_as(database_url, app),
+        )
     finally:
         for eng in engines:
             eng.dispose()
@@ -170,3 +193,41 @@ def test_privileges_worker_role_runs_every_consumer_operation(roles: Roles) -> N
     assert purging.sweep_expired() == SweepResult(expired=1, purged=3)
 
     _refused(lambda: q.enqueue(b"no"))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_privileges_worker_runtime_runs_under_the_worker_role(kind: str, roles: Roles) -> None:
+    ids = roles.app.queue("runtime").enqueue_many([b"ok"] * 5 + [b"fail"])
+
+    def work(job: Job) -> None:
+        if job.payload == b"fail":
+            raise FailJob("refused")
+
+    def build(store: Any) -> Worker | AsyncWorker:
+        cls = Worker if kind == "sync" else AsyncWorker
+        return cls(
+            {store.queue("runtime"): handler(kind, work)}, poll_interval=0.2, handle_signals=False
+        )
+
+    running = start_worker(kind, roles.worker_url, build)
+    q = roles.owner.queue("runtime")
+    try:
+        wait_for(lambda: all(q.get_job(i) is None for i in ids[:5]), timeout=15)
+        wait_for(lambda: q.get_job(ids[5]).status == "dead", timeout=15)  # type: ignore[union-attr]
+    finally:
+        running.stop()
+    assert q.get_job(ids[5]).last_error == "refused"  # type: ignore[union-attr]
+
+
+def test_privileges_worker_runtime_under_the_app_role_claims_nothing(roles: Roles) -> None:
+    """The control: the same runtime connected as the app role is refused every claim."""
+    job_id = roles.app.queue("runtime").enqueue(b"x")
+
+    def build(store: Any) -> Worker | AsyncWorker:
+        return Worker({store.queue("runtime"): lambda job: None}, poll_interval=0.1)
+
+    running = start_worker("sync", roles.app_url, build)
+    time.sleep(1.0)  # ten re-polls
+    running.stop()
+    job = roles.owner.queue("runtime").get_job(job_id)
+    assert job is not None and job.status == "pending" and job.attempts == 0
