@@ -1,0 +1,162 @@
+"""The statement builders (alkstore_sa/sql): Core expressions, no I/O, values bound.
+
+Each builder is compiled with the PostgreSQL dialect and no engine while
+every way to open a connection is made to fail; the SQL text must carry no
+value (no quoted string, no number): values travel as bound parameters,
+the caller's as ``p_*`` names.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.sql import ClauseElement
+
+from alkstore_sa.sql import claim, enqueue, handle, queue
+
+DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
+
+# The parameters each builder expects from its caller (ops.py), by name.
+EXPECTED: dict[str, set[str]] = {
+    "claim.claim": {"p_queue", "p_worker_id", "p_n"},
+    "enqueue.enqueue": {
+        "p_queue",
+        "p_payloads",
+        "p_priority",
+        "p_run_at",
+        "p_delay",
+        "p_max_attempts",
+        "p_visibility_timeout",
+        "p_expires_in",
+        "p_channel",
+    },
+    "handle.ack": {"p_job_id", "p_attempts"},
+    "handle.heartbeat": {"p_job_id", "p_attempts", "p_extend"},
+    "handle.retry": {"p_job_id", "p_attempts", "p_delay", "p_error"},
+    "handle.fail": {"p_job_id", "p_attempts", "p_error"},
+    "handle.release": {"p_job_id", "p_attempts"},
+    "handle.ack_held": {"p_job_ids", "p_attempts_list"},
+    "handle.heartbeat_held": {"p_job_ids", "p_attempts_list"},
+    "queue.ack_batch": {"p_queue", "p_job_ids"},
+    "queue.cancel": {"p_queue", "p_job_id"},
+    "queue.get_job": {"p_queue", "p_job_id"},
+    "queue.bury_lapsed": {"p_queue"},
+    "queue.bury_expired": {"p_queue"},
+    "queue.purge_dead": {"p_queue", "p_retention"},
+}
+
+
+def _builders() -> dict[str, Callable[[], Any]]:
+    """Every cached, argument-free statement builder the sql modules define."""
+    found: dict[str, Callable[[], Any]] = {}
+    for mod in (claim, enqueue, handle, queue):
+        assert isinstance(mod, ModuleType)
+        short = mod.__name__.rsplit(".", 1)[1]
+        for name, obj in vars(mod).items():
+            wrapped = getattr(obj, "__wrapped__", None)
+            if wrapped is not None and getattr(wrapped, "__module__", None) == mod.__name__:
+                found[f"{short}.{name}"] = obj
+    return found
+
+
+BUILDERS = _builders()
+
+
+@pytest.fixture
+def no_io(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Any attempt to reach a server fails loudly."""
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a statement builder tried to do I/O")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(psycopg.Connection, "connect", classmethod(refuse))
+    yield
+
+
+def test_every_builder_is_pinned_here() -> None:
+    # A builder added without a line in EXPECTED fails here, so it gets checked too.
+    assert set(BUILDERS) >= set(EXPECTED)
+    missing = set(BUILDERS) - set(EXPECTED)
+    assert not missing, f"add the new builders to EXPECTED: {sorted(missing)}"
+
+
+def _compile(stmt: ClauseElement, **kw: Any) -> Any:
+    return stmt.compile(dialect=DIALECT, **kw)
+
+
+# Quoted text, or a number standing alone (not part of a name or a %(param)s).
+_QUOTED = re.compile(r"'")
+_NUMBER = re.compile(r"(?<![\w.\]])\d+(?:\.\d+)?(?![\w\[])")
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_builder_compiles_with_no_io_and_binds_every_value(no_io: None, name: str) -> None:
+    built = BUILDERS[name].__wrapped__()  # type: ignore[attr-defined]  # uncached: really build
+    compiled = _compile(built)
+    text = compiled.string
+    assert text
+    assert not _QUOTED.search(text), f"a quoted literal in {name}: {text}"
+    bare = re.sub(r"%\(\w+\)s", "", text)
+    assert not _NUMBER.search(bare), f"a number pasted into {name}: {_NUMBER.findall(bare)}"
+    params = set(compiled.params)
+    assert EXPECTED[name] <= params, f"{name} lacks {EXPECTED[name] - params}"
+    # Every other bound value is the builder's own constant, never a caller's.
+    caller = {p for p in params if p.startswith("p_")}
+    assert caller == EXPECTED[name]
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_builder_is_built_once(name: str) -> None:
+    assert BUILDERS[name]() is BUILDERS[name]()
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_builder_maps_to_any_schema(name: str) -> None:
+    compiled = _compile(
+        BUILDERS[name](),
+        schema_translate_map={"alkstore": "tenant_b"},
+        render_schema_translate=True,
+    )
+    assert "tenant_b.jobs" in compiled.string or "tenant_b.dead_jobs" in compiled.string
+    assert "alkstore." not in compiled.string
+
+
+def test_builder_constants_travel_as_parameters() -> None:
+    texts = " ".join(_compile(b()).string for b in BUILDERS.values())
+    for value in ("max attempts exceeded", "expired", "failed", "pending", "processing"):
+        assert value not in texts
+    retry = _compile(handle.retry())
+    assert "max attempts exceeded" in retry.params.values()
+    assert "failed" in _compile(handle.fail()).params.values()
+    assert "expired" in _compile(queue.bury_expired()).params.values()
+
+
+def test_claim_is_one_statement_skipping_locked_rows() -> None:
+    text = _compile(claim.claim()).string
+    assert text.count("FOR UPDATE SKIP LOCKED") == 3  # the burial, due, and lapsed rows
+    assert "UPDATE alkstore.jobs SET" in text and "RETURNING" in text
+    assert "INSERT INTO alkstore.dead_jobs" in text  # Q12 burial in the same round trip
+    assert "statement_timestamp()" in text and "now()" not in text
+
+
+def test_enqueue_is_one_insert_with_one_notify() -> None:
+    text = _compile(enqueue.enqueue()).string
+    assert text.count("pg_notify") == 1
+    assert text.count("INSERT INTO alkstore.jobs") == 1
+    assert "unnest" in text  # one statement for any number of payloads
+
+
+def test_time_is_the_statements_clock_everywhere() -> None:
+    for name, builder in BUILDERS.items():
+        text = _compile(builder()).string
+        assert "now()" not in text and "CURRENT_TIMESTAMP" not in text.upper(), name
+        assert "transaction_timestamp" not in text, name
