@@ -33,12 +33,14 @@ def sql(engine: Engine, statement: str, **params: Any) -> list[dict[str, Any]]:
         return [dict(r) for r in result.mappings()] if result.returns_rows else []
 
 
-def live_row(engine: Engine, job_id: int) -> dict[str, Any] | None:
+def live_row(engine: Engine, job_id: int) -> Any:
+    """The ``jobs`` row as a dict, or ``None``."""
     rows = sql(engine, "SELECT * FROM alkstore.jobs WHERE id = :id", id=job_id)
     return rows[0] if rows else None
 
 
-def dead_row(engine: Engine, job_id: int) -> dict[str, Any] | None:
+def dead_row(engine: Engine, job_id: int) -> Any:
+    """The ``dead_jobs`` row as a dict, or ``None``."""
     rows = sql(engine, "SELECT * FROM alkstore.dead_jobs WHERE id = :id", id=job_id)
     return rows[0] if rows else None
 

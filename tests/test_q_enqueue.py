@@ -43,12 +43,13 @@ def test_q4_defaults_come_from_the_queue_and_one_clock_read(qs: Any, engine: Eng
 
 def test_q4_delay_is_relative_to_the_enqueue_clock_read(qs: Any) -> None:
     q = qs.queue("q4")
-    for delay, expected in [
+    cases: list[tuple[float | timedelta, timedelta]] = [
         (90, 90 * SEC),
         (0.25, timedelta(milliseconds=250)),
         (timedelta(milliseconds=1500), timedelta(milliseconds=1500)),
         (0, timedelta(0)),
-    ]:
+    ]
+    for delay, expected in cases:
         job = q.get_job(q.enqueue(b"x", EnqueueOpts(delay=delay)))
         assert job is not None and job.run_at - job.created_at == expected
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -24,12 +25,12 @@ from ._sqlspy import SqlSpy, sync_engine_of
 
 def _claim(q: Any, n: int, worker: str = "w") -> list[Any]:
     q.enqueue_many([b"%d" % i for i in range(n)])
-    handles = q.claim_batch(worker, n)
+    handles: list[Any] = q.claim_batch(worker, n)
     assert len(handles) == n
     return handles
 
 
-def _snapshot(engine: Engine, job_id: int) -> dict[str, Any] | None:
+def _snapshot(engine: Engine, job_id: int) -> Any:
     return live_row(engine, job_id)
 
 
@@ -236,7 +237,7 @@ def _claim_at_attempt(q: Any, engine: Engine, n: int, k: int) -> list[Any]:
     """n handles whose claim made attempts == k (earlier attempts set by SQL)."""
     ids = q.enqueue_many([b"x"] * n)
     sql(engine, "UPDATE alkstore.jobs SET attempts = :a WHERE id = ANY(:ids)", a=k - 1, ids=ids)
-    handles = q.claim_batch("w", n)
+    handles: list[Any] = q.claim_batch("w", n)
     assert len(handles) == n and all(h.job.attempts == k for h in handles)
     return handles
 
@@ -362,7 +363,7 @@ def test_q19_fail_moves_the_row_to_dead_with_the_error_verbatim(qs: Any, engine:
 
 # -- Q20 -----------------------------------------------------------------------
 
-TERMINAL = {
+TERMINAL: dict[str, Callable[[Any], bool]] = {
     "ack": lambda h: h.ack(),
     "retry": lambda h: h.retry("e", delay=0),
     "fail": lambda h: h.fail("e"),

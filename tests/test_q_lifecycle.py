@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ def test_q29_a_closed_store_fails_every_op_including_earlier_handles(
     spy = SqlSpy(sync_engine_of(qs))
     qs.close()
     assert qs.closed is True
-    ops = {
+    ops: dict[str, Callable[[], object]] = {
         "store.queue": lambda: qs.queue("q29"),
         "enqueue": lambda: q.enqueue(b"x"),
         "enqueue_many": lambda: q.enqueue_many([b"x"]),
