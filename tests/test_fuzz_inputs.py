@@ -226,8 +226,16 @@ def test_q3_fuzzed_queue_opts_raise_documented_errors_or_work_in_the_database(
     assert job.priority == opts.priority
     assert job.visibility_timeout > 0
     assert job.visibility_timeout == pytest.approx(opts.visibility_timeout, abs=1e-6)
-    assert q.sweep_expired().expired == 0  # expires_in > 0: nothing past expiry yet
-    assert q.get_job(job_id) is not None
+    if opts.expires_in is None:
+        assert job.expires_at is None
+    else:  # one clock read per enqueue (SPEC Q4): expiry is exactly created_at + expires_in
+        assert job.expires_at == job.created_at + timedelta(seconds=opts.expires_in)
+    swept = q.sweep_expired()
+    after = q.get_job(job_id)
+    assert after is not None
+    assert (after.status, after.last_error) == (
+        ("dead", "expired") if swept.expired else ("pending", None)
+    )
 
 
 _zones = st.sampled_from(
