@@ -369,3 +369,19 @@ def test_q13_claim_batch_with_n_at_most_zero_returns_empty_and_runs_no_sql(qs: A
 def test_q13_n_beyond_int4_is_a_value_error(qs: Any, n: int) -> None:
     with pytest.raises(ValueError):
         qs.queue("q13").claim_batch("w", n)
+
+
+def test_q8_a_claim_is_one_round_trip(qs: Any, engine: Engine) -> None:
+    q = qs.queue("one")
+    ids = q.enqueue_many([b"a", b"b", b"c"])
+    q.claim_one("w")
+    lapse(engine, ids[0])  # a lapsed row to reclaim, and an exhausted one to bury
+    sql(engine, "UPDATE alkstore.jobs SET max_attempts = 1 WHERE id = :id", id=ids[0])
+    spy = SqlSpy(sync_engine_of(qs))
+    try:
+        handles = q.claim_batch("w", 5)
+        assert spy.count == 1, spy.statements
+    finally:
+        spy.close()
+    assert [h.id for h in handles] == ids[1:]
+    assert q.get_job(ids[0]).status == "dead"

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from alkstore_sa import AsyncStore, EnqueueOpts, QueueOpts, Store
 
 from ._qtools import live_row, sql
+from ._sqlspy import SqlSpy, sync_engine_of
 
 SEC = timedelta(seconds=1)
 
@@ -382,3 +383,16 @@ def test_q7_long_name_channel_can_be_listened_on(qs: Any, engine: Engine) -> Non
     with listening(engine, q.channel) as conn:
         q.enqueue(b"x")
         assert [n.channel for n in _one_then_quiet(conn)] == [q.channel]
+
+
+def test_q7_enqueue_many_is_one_statement_for_the_whole_batch(qs: Any) -> None:
+    q = qs.queue("q7")
+    q.get_job(0)  # warm the pool: the first connect runs the dialect's own queries
+    spy = SqlSpy(sync_engine_of(qs))
+    try:
+        ids = q.enqueue_many([b"%d" % i for i in range(500)])
+        assert len(ids) == 500
+        assert spy.count == 1, spy.statements
+        assert "pg_notify" in spy.statements[0][0]
+    finally:
+        spy.close()
