@@ -385,3 +385,30 @@ def test_q8_a_claim_is_one_round_trip(qs: Any, engine: Engine) -> None:
         spy.close()
     assert [h.id for h in handles] == ids[1:]
     assert q.get_job(ids[0]).status == "dead"
+
+
+def test_q8_concurrent_reclaims_of_lapsed_rows_never_double_claim(qs: Any, engine: Engine) -> None:
+    # Half the lapsed rows have attempts left (reclaimed once each), half have
+    # none (buried once each); claimers race over all of them.
+    q = qs.queue("lapsed")
+    ids = q.enqueue_many([b"x"] * 120)
+    assert len(q.claim_batch("first", 120)) == 120
+    exhausted = ids[::2]
+    sql(engine, "UPDATE alkstore.jobs SET max_attempts = 1 WHERE id = ANY(:ids)", ids=exhausted)
+    lapse(engine, *ids)
+    barrier = threading.Barrier(6)
+
+    def worker(n: int) -> list[tuple[int, int]]:
+        barrier.wait()
+        out: list[tuple[int, int]] = []
+        while batch := q.claim_batch(f"w{n}", 3):
+            out += [(h.id, h.job.attempts) for h in batch]
+        return out
+
+    with ThreadPoolExecutor(6) as pool:
+        got = [c for f in [pool.submit(worker, n) for n in range(6)] for c in f.result()]
+    assert sorted(i for i, _ in got) == sorted(set(ids) - set(exhausted))
+    assert all(attempts == 2 for _, attempts in got)
+    dead = sql(engine, "SELECT id, last_error FROM alkstore.dead_jobs ORDER BY id")
+    assert [r["id"] for r in dead] == sorted(exhausted)
+    assert {r["last_error"] for r in dead} == {"max attempts exceeded"}
