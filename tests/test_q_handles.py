@@ -492,3 +492,12 @@ def test_q21_every_way_to_die_is_visible_to_get_job(qs: Any, engine: Engine) -> 
         assert job is not None and (job.status, job.last_error) == ("dead", error)
         assert job.died_at is not None
     assert q.get_job(pending_expired).attempts == 0
+
+
+def test_q20_a_call_refused_for_a_wrong_session_type_consumes_nothing(qs: Any) -> None:
+    q = qs.queue("q20")
+    (h,) = _claim(q, 1)
+    with pytest.raises(TypeError):
+        h.ack(session="not a session")
+    assert handle_core(h).spent is False
+    assert h.ack() is True
