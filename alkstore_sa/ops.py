@@ -43,7 +43,8 @@ def enqueue(
         "p_expires_in": stamps.expires_in,
         "p_channel": target.channel,
     }
-    return list(_run(conn, target, enqueue_sql.enqueue(), params).scalars())
+    # .all() fetches in one call; iterating would fetch row by row.
+    return list(_run(conn, target, enqueue_sql.enqueue(), params).scalars().all())
 
 
 def claim(conn: Connection, *, target: Target, worker_id: str, n: int) -> list[Job]:
