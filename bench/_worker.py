@@ -136,24 +136,49 @@ def d2_async(db: Database, jobs: int, label: str) -> Figure:
     return Figure("D2", "alkstore-async", shape, jobs, t1 - t0)
 
 
-def l1(db: Database, samples: int, label: str) -> Figure:
-    """Enqueue -> handler start, one job at a time, wake path only."""
-    worker_engine = create_engine(db.sa_url(), pool_size=CONCURRENCY + 4, max_overflow=4)
+def l1(db: Database, samples: int, label: str, *, use_async: bool = False) -> Figure:
+    """Enqueue -> handler start, one job at a time, wake path only.
+
+    ``use_async``: an ``AsyncWorker`` with an async handler (its own loop in a
+    thread) instead of a ``Worker``; the enqueues come from a sync ``Store``
+    on another engine either way.
+    """
     producer = Store(create_engine(db.sa_url(), pool_size=1, max_overflow=0))
     started: list[float] = []
     ran = threading.Event()
+    # The re-poll never fires: only the wake path counts.
+    settings: dict[str, Any] = {
+        "concurrency": CONCURRENCY,
+        "poll_interval": 3600.0,
+        "handle_signals": False,
+    }
+    if use_async:
+        async_engine = create_async_engine(db.sa_url(), pool_size=CONCURRENCY + 4)
 
-    def handler(job: Job) -> None:
-        started.append(time.perf_counter())
-        ran.set()
+        async def async_handler(job: Job) -> None:
+            started.append(time.perf_counter())
+            ran.set()
 
-    worker = Worker(
-        {Store(worker_engine).queue("l1"): handler},
-        concurrency=CONCURRENCY,
-        poll_interval=3600.0,  # the re-poll never fires: only the wake path counts
-        handle_signals=False,
-    )
-    thread = threading.Thread(target=worker.run, name="bench-l1-worker")
+        aworker = AsyncWorker({AsyncStore(async_engine).queue("l1"): async_handler}, **settings)
+
+        async def serve() -> None:
+            try:
+                await aworker.run()
+            finally:
+                await async_engine.dispose()
+
+        worker: Worker | AsyncWorker = aworker
+        thread = threading.Thread(target=asyncio.run, args=(serve(),), name="bench-l1-worker")
+    else:
+        worker_engine = create_engine(db.sa_url(), pool_size=CONCURRENCY + 4, max_overflow=4)
+
+        def handler(job: Job) -> None:
+            started.append(time.perf_counter())
+            ran.set()
+
+        sworker = Worker({Store(worker_engine).queue("l1"): handler}, **settings)
+        worker = sworker
+        thread = threading.Thread(target=sworker.run, name="bench-l1-worker")
     thread.start()
     q = producer.queue("l1")
     from_call: list[float] = []
@@ -179,7 +204,8 @@ def l1(db: Database, samples: int, label: str) -> Figure:
     finally:
         worker.stop()
         thread.join(timeout=60)
-        worker_engine.dispose()
+        if not use_async:
+            worker_engine.dispose()
         producer.engine.dispose()
     ms = sorted(x * 1000 for x in from_call)
     extra = {
@@ -189,7 +215,9 @@ def l1(db: Database, samples: int, label: str) -> Figure:
         "p50_after_commit_ms": statistics.median(x * 1000 for x in from_commit),
     }
     bar.close(note=f"p50 {extra['p50_ms']:.2f} ms, p99 {extra['p99_ms']:.2f} ms")
-    return Figure("L1", "alkstore", "enqueue -> handler start", samples, sum(from_call), extra)
+    system, shape = ("alkstore-async", "AsyncWorker") if use_async else ("alkstore", "Worker")
+    shape = f"enqueue -> {shape} handler start"
+    return Figure("L1", system, shape, samples, sum(from_call), extra)
 
 
 def _one(q: Any, ran: threading.Event, label: str) -> None:

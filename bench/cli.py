@@ -217,6 +217,10 @@ def _plan(
         from . import _worker
 
         add("L1 alkstore wake latency", fresh(lambda lb: _worker.l1(db, s.l1, lb)))
+        add(
+            "L1 alkstore AsyncWorker",
+            fresh(lambda lb: _worker.l1(db, s.l1, lb, use_async=True)),
+        )
     if "S1" in only:
         first = True
         for n in (10, 100):
