@@ -10,6 +10,7 @@ server is tuned: it runs with ``initdb`` defaults (``fsync`` and
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,8 +70,11 @@ class Database:
         with psycopg.connect(self.dsn(self.maintenance_db), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')
         if self._server is not None:
-            self._server.cleanup()
+            self._server.cleanup()  # stops the server and deletes its data dir
             self._server = None
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)  # the dir that held it
+            self._tmpdir = None
 
 
 def open_database() -> Database:

@@ -122,7 +122,10 @@ def drain(
     go = ctx.Event()
     counts = ctx.Array("q", procs, lock=False)
     children = [
-        ctx.Process(target=_child, args=(kind, dsn, queue, n, i, ready, go, counts, out))
+        # daemon: an interrupted run must not wait on (or leave) its drainers
+        ctx.Process(
+            target=_child, args=(kind, dsn, queue, n, i, ready, go, counts, out), daemon=True
+        )
         for i in range(procs)
     ]
     for c in children:
