@@ -219,17 +219,20 @@ def test_q30_connections_killed_mid_run_lose_and_duplicate_nothing(qs: Any, kill
         for f in [killing, *consumers]:
             f.result(timeout=30)
 
-    # After the last cut, the pool may still hold dead connections: the first
-    # op to hit one raises (and the pool drops every connection older than that
-    # failure); after it, every op works.  So at most one op fails from here on,
-    # and calling it again works.
+    # After the last cut the pool may still hold dead connections.  Normally
+    # the first op to hit one raises and the pool drops every older connection
+    # (pinned step by step by the tests above), but under heavy load a dead
+    # connection can also be found while it is checked out (e.g. setting
+    # autocommit), which invalidates only that one.  This test is about
+    # losing and duplicating nothing, so it only bounds those failures by the
+    # pool's size and requires every op to work again.
     def settled(op: Callable[[], T]) -> T:
-        try:
-            return op()
-        except DBAPIError:
-            errors["after"] += 1
-            assert errors["after"] == 1, "a second op failed after the cuts stopped"
-            return op()
+        while True:
+            try:
+                return op()
+            except DBAPIError:
+                errors["after"] += 1
+                assert errors["after"] <= 40, "ops still fail long after the cuts stopped"
 
     # Claims whose reply was lost in a cut are still processing: let them lapse
     # and drain what is left with a store that is working again.
