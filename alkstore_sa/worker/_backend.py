@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -24,10 +23,13 @@ from .._job import Job
 from ..aio import AsyncStore
 from ..store import Store
 from ._handlers import HandlerSpec
+from ._threads import Lane
 
 __all__ = ["AsyncBackend", "Backend", "SyncBackend"]
 
 T = TypeVar("T")
+# At the end of a run, how long to wait for DB calls still on their threads.
+DB_CLOSE_WAIT = 10.0
 AnyStore = Store | AsyncStore
 
 
@@ -67,19 +69,36 @@ async def _async_session_call(
 
 
 class _Threads:
-    """Thread pools shared by both backends: one for handlers, one for DB calls."""
+    """Thread lanes shared by both backends: one for handlers, one for DB calls.
+
+    Made on first use, on the running loop.
+    """
 
     def __init__(self, handler_threads: int, db_threads: int) -> None:
-        self.handlers = ThreadPoolExecutor(
-            max(handler_threads, 1), thread_name_prefix="alkstore-handler"
-        )
-        self.db = ThreadPoolExecutor(max(db_threads, 1), thread_name_prefix="alkstore-db")
+        self._sizes = (handler_threads, db_threads)
+        self._handlers: Lane | None = None
+        self._db: Lane | None = None
+
+    @property
+    def handlers(self) -> Lane:
+        if self._handlers is None:
+            loop = asyncio.get_running_loop()
+            self._handlers = Lane(loop, self._sizes[0], "alkstore-handler")
+        return self._handlers
+
+    @property
+    def db(self) -> Lane:
+        if self._db is None:
+            self._db = Lane(asyncio.get_running_loop(), self._sizes[1], "alkstore-db")
+        return self._db
 
     def close(self) -> None:
         # A handler past its job timeout or the shutdown grace cannot be
         # interrupted (Python threads cannot be killed); do not wait for it.
-        self.handlers.shutdown(wait=False, cancel_futures=True)
-        self.db.shutdown(wait=True)
+        if self._handlers is not None:
+            self._handlers.close()
+        if self._db is not None:
+            self._db.close(wait=DB_CLOSE_WAIT)
 
 
 class SyncBackend:
@@ -87,18 +106,17 @@ class SyncBackend:
         self._threads = _Threads(handler_threads, db_threads)
 
     async def run(self, store: Store, call: Call[T]) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._threads.db, store._run, call)
+        result: T = await self._threads.db.submit(functools.partial(store._run, call))
+        return result
 
     def start(
         self, store: Store, spec: HandlerSpec, job: Job, core: HandleCore
     ) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
         if spec.wants_session:
             fn = functools.partial(_sync_session_call, store, spec.fn, job, core)
         else:
             fn = functools.partial(spec.fn, job)
-        return loop.run_in_executor(self._threads.handlers, fn)
+        return self._threads.handlers.submit(fn)
 
     def close(self) -> None:
         self._threads.close()
@@ -121,7 +139,7 @@ class AsyncBackend:
             started: asyncio.Future[Any] = asyncio.ensure_future(spec.fn(job))
             return started
         # Plain sync handlers are allowed on an AsyncWorker: they get a thread.
-        return loop.run_in_executor(self._threads.handlers, functools.partial(spec.fn, job))
+        return self._threads.handlers.submit(functools.partial(spec.fn, job))
 
     def close(self) -> None:
         self._threads.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import signal
 import threading
 from collections.abc import Callable
@@ -38,6 +39,8 @@ log = logging.getLogger("alkstore_sa.worker")
 BEAT_FRACTION = 1 / 3  # heartbeat at this fraction of the job's visibility timeout
 BEAT_RETRY = 0.25  # after a failed heartbeat, try again this soon (seconds, at most)
 RELEASE_TIMEOUT = 10.0  # how long shutdown waits for releases and pending acks
+SETTLE_FIRST = 0.002  # a backlog's free slot waits about one claim round trip (seconds) ...
+SETTLE_CAP = 0.05  # ... but never longer than this for the rest to free up
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +86,12 @@ class _Slot:
 class _QueueState:
     spec: QueueSpec
     signal: asyncio.Event = field(default_factory=asyncio.Event)
-    dirty: bool = False  # there may be claimable jobs: claim when a slot is free
-    busy: int = 0
+    woken: bool = False  # a wake or re-poll: claim what is free, now
+    backlog: bool = False  # the last claim came back full: refill in batches
+    busy: int = 0  # slots taken by running handlers
+    claiming: int = 0  # slots reserved by the claim in flight
+    free_since: float = math.inf  # loop time a slot first freed since the last claim
+    settle: float = SETTLE_FIRST  # how long a backlog's free slot waits for company
     held: dict[tuple[int, int], _Slot] = field(default_factory=dict)
 
     @property
@@ -96,7 +103,7 @@ class _QueueState:
         return self.spec.store
 
     def wake(self) -> None:
-        self.dirty = True
+        self.woken = True
         self.signal.set()
 
 
@@ -115,6 +122,7 @@ class Runtime:
         self._hard_event: asyncio.Event | None = None
         self._queues: list[_QueueState] = []
         self._beat_changed: asyncio.Event | None = None
+        self._beat_at = 0.0  # when the heartbeat task wakes next (loop time)
         self._progress: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self.listeners: list[Listener] = []
@@ -283,32 +291,58 @@ class Runtime:
         loop = asyncio.get_running_loop()
         settings = self._settings
         next_poll = loop.time() + settings.poll_interval
+        claims: set[asyncio.Task[None]] = set()
         while not self.stopping:
-            free = settings.concurrency - qs.busy
-            if qs.dirty and free > 0:
-                qs.dirty = False
-                call = qs.core.claim(settings.worker_id, free)
-                assert call is not None
-                try:
-                    jobs = await self._backend.run(qs.store, call)
-                except Exception as exc:
-                    # Not dirty again: the timer (or a wake) retries, no busy loop.
-                    log.warning("claim on %s failed: %s", qs.core.name, exc)
-                    jobs = []
-                next_poll = loop.time() + settings.poll_interval
-                for job in jobs:
-                    self._start(qs, job, completer)
-                if len(jobs) == free:
-                    qs.dirty = True  # a full batch: there may be more
+            now = loop.time()
+            free = settings.concurrency - qs.busy - qs.claiming
+            settle_at = next_poll
+            if free > 0 and not qs.claiming and (qs.woken or qs.backlog):
+                # A wake claims what is free at once: a new job never waits.
+                # A backlog is refilled when every slot is free, or once a free
+                # slot has waited about one claim's round trip: fast handlers
+                # get full claims (one round trip and one plan per
+                # ``concurrency`` jobs), slow ones keep their slots busy.
+                settle_at = qs.free_since + qs.settle
+                if qs.woken or free == settings.concurrency or now >= settle_at:
+                    qs.woken = qs.backlog = False
+                    qs.claiming = free
+                    qs.free_since = math.inf
+                    task = loop.create_task(self._claim(qs, free, completer))
+                    claims.add(task)
+                    task.add_done_callback(claims.discard)
+                    next_poll = now + settings.poll_interval
+                    continue
+            if next_poll <= now:
+                qs.woken = True  # SPEC Q26: the re-poll
+                next_poll = now + settings.poll_interval
                 continue
-            timeout = next_poll - loop.time()
-            if timeout <= 0:
-                qs.dirty = True  # SPEC Q26: the re-poll
-                next_poll = loop.time() + settings.poll_interval
-                continue
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(qs.signal.wait(), timeout)
             qs.signal.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(qs.signal.wait(), min(next_poll, settle_at) - now)
+        # Claims under way finish: their jobs run and are drained like the rest.
+        if claims:
+            await asyncio.gather(*claims, return_exceptions=True)
+
+    async def _claim(self, qs: _QueueState, n: int, completer: Completer) -> None:
+        call = qs.core.claim(self._settings.worker_id, n)
+        assert call is not None
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            jobs = await self._backend.run(qs.store, call)
+            took = min(loop.time() - started, SETTLE_CAP)
+            qs.settle += (took - qs.settle) / 4  # a moving average of the claim's round trip
+        except Exception as exc:
+            # Not woken again: the timer (or a wake) retries, no busy loop.
+            log.warning("claim on %s failed: %s", qs.core.name, exc)
+            jobs = []
+        finally:
+            qs.claiming -= n
+        for job in jobs:
+            self._start(qs, job, completer)
+        if len(jobs) == n:
+            qs.backlog = True  # a full batch: there may be more
+        qs.signal.set()
 
     def _start(self, qs: _QueueState, job: Job, completer: Completer) -> None:
         loop = asyncio.get_running_loop()
@@ -316,8 +350,9 @@ class Runtime:
         slot = _Slot(job, HandleCore(qs.core, job), beat_every, loop.time() + beat_every)
         qs.busy += 1
         qs.held[slot.key] = slot
-        assert self._beat_changed is not None
-        self._beat_changed.set()
+        if slot.next_beat < self._beat_at:  # only an earlier beat needs the heartbeat task
+            assert self._beat_changed is not None
+            self._beat_changed.set()
         task = loop.create_task(self._execute(qs, slot, completer), name=f"alkstore-job-{job.id}")
         slot.task = task
         self._tasks.add(task)
@@ -332,6 +367,8 @@ class Runtime:
         if not slot.freed:
             slot.freed = True
             qs.busy -= 1
+            if qs.free_since == math.inf:
+                qs.free_since = asyncio.get_running_loop().time()
             qs.signal.set()
 
     def _notify_progress(self) -> None:
@@ -478,10 +515,12 @@ class Runtime:
             slots = [s for qs in self._queues for s in qs.held.values() if not s.lost]
             wait = min(s.next_beat for s in slots) - now if slots else 3600.0
             if wait > 0:
+                self._beat_at = now + wait
                 self._beat_changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._beat_changed.wait(), wait)
                 continue
+            self._beat_at = 0.0  # beating: whatever starts meanwhile re-checks
             await asyncio.gather(*(self._beat_queue(qs) for qs in self._queues))
 
     async def _beat_queue(self, qs: _QueueState) -> None:
