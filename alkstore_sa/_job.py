@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
-__all__ = ["Job", "JobStatus", "SweepResult"]
+__all__ = ["LIVE_COLUMNS", "Job", "JobStatus", "SweepResult"]
 
 JobStatus = Literal["pending", "processing", "dead"]
+
+# The live table's columns in table order: what ``RETURNING jobs.*`` yields.
+LIVE_COLUMNS = (
+    "id",
+    "queue",
+    "payload",
+    "status",
+    "priority",
+    "run_at",
+    "attempts",
+    "max_attempts",
+    "visibility_timeout",
+    "expires_at",
+    "worker_id",
+    "claim_deadline",
+    "created_at",
+    "last_error",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +71,47 @@ class Job:
             # Not .get(): a missing key makes SQLAlchemy's RowMapping build and
             # swallow an exception, a cost on every claimed row.
             died_at=row["died_at"] if "died_at" in row else None,  # noqa: SIM401
+        )
+
+    @classmethod
+    def from_live(cls, row: Sequence[Any]) -> Job:
+        """A row of ``LIVE_COLUMNS``, in that order (the claim's rows).
+
+        Positional: a third of ``from_row``'s cost over a ``RowMapping``,
+        paid for every claimed job.
+        """
+        (
+            id_,
+            queue,
+            payload,
+            status,
+            priority,
+            run_at,
+            attempts,
+            max_attempts,
+            vt,
+            expires_at,
+            worker_id,
+            claim_deadline,
+            created_at,
+            last_error,
+        ) = row
+        return cls(
+            id_,
+            queue,
+            bytes(payload),
+            status,
+            priority,
+            run_at,
+            attempts,
+            max_attempts,
+            vt.total_seconds() if isinstance(vt, timedelta) else float(vt),
+            expires_at,
+            worker_id,
+            claim_deadline,
+            created_at,
+            last_error,
+            None,
         )
 
 

@@ -13,18 +13,24 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Executable, Result
 
-from ._job import Job, SweepResult
+from ._job import LIVE_COLUMNS, Job, SweepResult
 from .sql import claim as claim_sql
 from .sql import enqueue as enqueue_sql
 from .sql import handle as handle_sql
 from .sql import queue as queue_sql
+from .sql._render import rendered
 
 if TYPE_CHECKING:
     from ._core import Stamps, Target
 
 
 def _run(conn: Connection, target: Target, stmt: Executable, params: dict[str, Any]) -> Result[Any]:
-    return conn.execute(stmt, params, execution_options=target.execution_options)
+    # The statement's text is rendered once per dialect and schema (see
+    # sql/_render.py): the same SQL and bound parameters as execute() sends.
+    text = rendered(stmt, conn.dialect, target.schema)
+    if text is None:
+        return conn.execute(stmt, params, execution_options=target.execution_options)
+    return conn.exec_driver_sql(text.sql, text.params(params))
 
 
 def enqueue(
@@ -49,8 +55,11 @@ def enqueue(
 
 def claim(conn: Connection, *, target: Target, worker_id: str, n: int) -> list[Job]:
     params = {"p_queue": target.queue, "p_worker_id": worker_id, "p_n": n}
-    rows = _run(conn, target, claim_sql.claim(), params).mappings().all()
-    jobs = [Job.from_row(row) for row in rows]
+    result = _run(conn, target, claim_sql.claim(), params)
+    if tuple(result.keys()) == LIVE_COLUMNS:
+        jobs = [Job.from_live(row) for row in result.all()]
+    else:  # not expected: the claim returns jobs.*; read by name then
+        jobs = [Job.from_row(row) for row in result.mappings().all()]
     # UPDATE ... RETURNING has no order; hand jobs out in claim order (SPEC Q9).
     jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
     return jobs
