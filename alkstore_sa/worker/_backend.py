@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
@@ -27,6 +29,8 @@ from ._threads import Lane
 
 __all__ = ["AsyncBackend", "Backend", "SyncBackend"]
 
+log = logging.getLogger("alkstore_sa.worker")
+
 T = TypeVar("T")
 # At the end of a run, how long to wait for DB calls still on their threads.
 DB_CLOSE_WAIT = 10.0
@@ -35,6 +39,8 @@ AnyStore = Store | AsyncStore
 
 class Backend(Protocol):
     async def run(self, store: Any, call: Call[T]) -> T: ...
+
+    async def claim(self, store: Any, call: Call[T]) -> T: ...
 
     def start(
         self, store: Any, spec: HandlerSpec, job: Job, core: HandleCore
@@ -101,12 +107,60 @@ class _Threads:
             self._db.close(wait=DB_CLOSE_WAIT)
 
 
+class _Held:
+    """One autocommit connection per store, kept by the claim thread.
+
+    Claims are the hot path (one per wake, one per ``concurrency`` jobs of a
+    backlog): checking a connection out of the pool for each costs an
+    isolation-level switch there and back, plus a ping with
+    ``pool_pre_ping``.  Claims skip locked rows, so this connection never
+    waits on another transaction.  Any error drops it (back to the pool);
+    the next claim checks out a fresh one.  Only the claim thread uses it.
+    """
+
+    def __init__(self) -> None:
+        self._conns: dict[int, tuple[Store, Connection]] = {}
+
+    def run(self, store: Store, call: Call[T]) -> T:
+        held = self._conns.get(id(store))
+        if held is None:
+            conn = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            self._conns[id(store)] = (store, conn)
+        else:
+            conn = held[1]
+        try:
+            return store._run(call, conn)
+        except BaseException:
+            self._drop(id(store))
+            raise
+
+    def _drop(self, key: int) -> None:
+        held = self._conns.pop(key, None)
+        if held is not None:
+            try:
+                held[1].close()
+            except Exception:  # already broken: the pool discards it
+                log.debug("closing a held connection failed", exc_info=True)
+
+    def close(self) -> None:
+        for key in list(self._conns):
+            self._drop(key)
+
+
 class SyncBackend:
     def __init__(self, handler_threads: int, db_threads: int) -> None:
         self._threads = _Threads(handler_threads, db_threads)
+        self._held = _Held()
+        self._claims: Lane | None = None
 
     async def run(self, store: Store, call: Call[T]) -> T:
         result: T = await self._threads.db.submit(functools.partial(store._run, call))
+        return result
+
+    async def claim(self, store: Store, call: Call[T]) -> T:
+        if self._claims is None:
+            self._claims = Lane(asyncio.get_running_loop(), 1, "alkstore-claim")
+        result: T = await self._claims.submit(functools.partial(self._held.run, store, call))
         return result
 
     def start(
@@ -120,6 +174,11 @@ class SyncBackend:
 
     def close(self) -> None:
         self._threads.close()
+        if self._claims is not None:
+            # The held connections go back to the pool on the claim thread,
+            # after any claim still running there.
+            self._claims.submit_nowait(self._held.close)
+            self._claims.close(wait=DB_CLOSE_WAIT)
 
 
 class AsyncBackend:
@@ -127,6 +186,9 @@ class AsyncBackend:
         self._threads = _Threads(handler_threads, 1)
 
     async def run(self, store: AsyncStore, call: Call[T]) -> T:
+        return await store._run(call)
+
+    async def claim(self, store: AsyncStore, call: Call[T]) -> T:
         return await store._run(call)
 
     def start(

@@ -24,7 +24,7 @@ from typing import Any
 
 __all__ = ["Lane"]
 
-_Work = tuple[Callable[[], Any], "asyncio.Future[Any]"] | None
+_Work = tuple[Callable[[], Any], "asyncio.Future[Any] | None"] | None
 
 
 class Lane:
@@ -51,6 +51,10 @@ class Lane:
         self._work.put((fn, fut))
         return fut
 
+    def submit_nowait(self, fn: Callable[[], Any]) -> None:
+        """Run ``fn()`` on a thread; nobody waits for it (it must not raise)."""
+        self._work.put((fn, None))
+
     def _serve(self) -> None:
         while True:
             item = self._work.get()
@@ -61,6 +65,8 @@ class Lane:
                 result, error = fn(), None
             except BaseException as exc:  # handed to the loop, like an executor does
                 result, error = None, exc
+            if fut is None:
+                continue
             self._done.append((fut, result, error))
             if not self._scheduled:
                 self._scheduled = True
