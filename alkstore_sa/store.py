@@ -34,6 +34,7 @@ class Store:
         self._life = _connect.Lifecycle(schema)
         self.engine = engine
         self._autocommit = _connect.autocommit(engine)
+        self._fast_autocommit = _connect.switches_autocommit(engine.dialect)
         self._owns_engine = False
 
     @classmethod
@@ -79,6 +80,9 @@ class Store:
                 if atomic:
                     with self.engine.begin() as conn:
                         return call(conn)
+                if self._fast_autocommit:
+                    with self.engine.connect() as conn:
+                        return _connect.in_autocommit(call)(conn)
                 with self._autocommit.connect() as conn:
                     return call(conn)
             if isinstance(session, Session):
