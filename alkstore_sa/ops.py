@@ -24,10 +24,16 @@ if TYPE_CHECKING:
     from ._core import Stamps, Target
 
 
-def _run(conn: Connection, target: Target, stmt: Executable, params: dict[str, Any]) -> Result[Any]:
+def _run(
+    conn: Connection,
+    target: Target,
+    stmt: Executable,
+    params: dict[str, Any],
+    binary: frozenset[str] = frozenset(),
+) -> Result[Any]:
     # The statement's text is rendered once per dialect and schema (see
     # sql/_render.py): the same SQL and bound parameters as execute() sends.
-    text = rendered(stmt, conn.dialect, target.schema)
+    text = rendered(stmt, conn.dialect, target.schema, binary)
     if text is None:
         return conn.execute(stmt, params, execution_options=target.execution_options)
     return conn.exec_driver_sql(text.sql, text.params(params))
@@ -50,7 +56,8 @@ def enqueue(
         "p_channel": target.channel,
     }
     # .all() fetches in one call; iterating would fetch row by row.
-    return list(_run(conn, target, enqueue_sql.enqueue(), params).scalars().all())
+    result = _run(conn, target, enqueue_sql.enqueue(), params, enqueue_sql.BINARY_PARAMS)
+    return list(result.scalars().all())
 
 
 def claim(conn: Connection, *, target: Target, worker_id: str, n: int) -> list[Job]:
