@@ -42,6 +42,8 @@ class Backend(Protocol):
 
     async def claim(self, store: Any, call: Call[T]) -> T: ...
 
+    async def ack(self, store: Any, call: Call[T]) -> T: ...
+
     def start(
         self, store: Any, spec: HandlerSpec, job: Job, core: HandleCore
     ) -> asyncio.Future[Any]: ...
@@ -108,14 +110,16 @@ class _Threads:
 
 
 class _Held:
-    """One autocommit connection per store, kept by the claim thread.
+    """One autocommit connection per store, kept by one hot-path thread.
 
     Claims are the hot path (one per wake, one per ``concurrency`` jobs of a
     backlog): checking a connection out of the pool for each costs an
     isolation-level switch there and back, plus a ping with
     ``pool_pre_ping``.  Claims skip locked rows, so this connection never
-    waits on another transaction.  Any error drops it (back to the pool);
-    the next claim checks out a fresh one.  Only the claim thread uses it.
+    waits on another transaction (acks only wait on a row some other
+    transaction locked, and then only acks wait).  Any error drops it (back
+    to the pool); the next call checks out a fresh one.  Only its thread
+    uses it.
     """
 
     def __init__(self) -> None:
@@ -147,21 +151,61 @@ class _Held:
             self._drop(key)
 
 
+class _HotLane:
+    """One thread and its held connections: for one kind of hot-path call."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.held = _Held()
+        self.lane: Lane | None = None
+
+    async def run(self, store: Store, call: Call[T]) -> T:
+        if self.lane is None:
+            self.lane = Lane(asyncio.get_running_loop(), 1, self.name)
+        result: T = await self.lane.submit(functools.partial(self.held.run, store, call))
+        return result
+
+    def close(self) -> None:
+        if self.lane is not None:
+            # The held connections go back to the pool on the lane's thread,
+            # after any call still running there.
+            self.lane.submit_nowait(self.held.close)
+            self.lane.close(wait=DB_CLOSE_WAIT)
+
+
+def _pool_capacity(engine: Any) -> int:
+    """How many connections ``engine``'s pool can hand out (0: unknown)."""
+    pool = engine.pool
+    size = getattr(pool, "size", None)
+    if not callable(size):
+        return 0
+    overflow = getattr(pool, "_max_overflow", 0)
+    return 1 << 30 if overflow < 0 else int(size()) + max(int(overflow), 0)
+
+
+# Acks hold a connection of their own only when the pool has this many: a
+# small pool (smaller than the handlers' needs) keeps them on the shared
+# lane so session handlers and heartbeats are never starved of connections.
+HOLD_ACKS_MIN_POOL = 6
+
+
 class SyncBackend:
     def __init__(self, handler_threads: int, db_threads: int) -> None:
         self._threads = _Threads(handler_threads, db_threads)
-        self._held = _Held()
-        self._claims: Lane | None = None
+        self._claims = _HotLane("alkstore-claim")
+        self._acks = _HotLane("alkstore-ack")
 
     async def run(self, store: Store, call: Call[T]) -> T:
         result: T = await self._threads.db.submit(functools.partial(store._run, call))
         return result
 
     async def claim(self, store: Store, call: Call[T]) -> T:
-        if self._claims is None:
-            self._claims = Lane(asyncio.get_running_loop(), 1, "alkstore-claim")
-        result: T = await self._claims.submit(functools.partial(self._held.run, store, call))
-        return result
+        return await self._claims.run(store, call)
+
+    async def ack(self, store: Store, call: Call[T]) -> T:
+        if _pool_capacity(store.engine) >= HOLD_ACKS_MIN_POOL:
+            return await self._acks.run(store, call)
+        return await self.run(store, call)
 
     def start(
         self, store: Store, spec: HandlerSpec, job: Job, core: HandleCore
@@ -174,11 +218,8 @@ class SyncBackend:
 
     def close(self) -> None:
         self._threads.close()
-        if self._claims is not None:
-            # The held connections go back to the pool on the claim thread,
-            # after any claim still running there.
-            self._claims.submit_nowait(self._held.close)
-            self._claims.close(wait=DB_CLOSE_WAIT)
+        self._claims.close()
+        self._acks.close()
 
 
 class AsyncBackend:
@@ -189,6 +230,9 @@ class AsyncBackend:
         return await store._run(call)
 
     async def claim(self, store: AsyncStore, call: Call[T]) -> T:
+        return await store._run(call)
+
+    async def ack(self, store: AsyncStore, call: Call[T]) -> T:
         return await store._run(call)
 
     def start(

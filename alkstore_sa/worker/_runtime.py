@@ -172,7 +172,7 @@ class Runtime:
             self._loop = loop
         self._apply_stop_if_requested()
         restore = self._install_signals(loop)
-        completer = Completer(self._backend.run)
+        completer = Completer(self._backend.ack)
         background = [
             loop.create_task(completer.run(), name="alkstore-completer"),
             loop.create_task(self._heartbeats(), name="alkstore-heartbeat"),
