@@ -53,10 +53,12 @@ class Rendered:
         return params
 
 
-# dialect -> {(id(statement), schema): Rendered | None}.  Statements are built
-# once and kept (functools.cache), so their id is stable.  None marks "run it
-# through Connection.execute".
-_cache: weakref.WeakKeyDictionary[Dialect, dict[tuple[int, str], Rendered | None]] = (
+# dialect -> {(id(statement), schema): (statement, Rendered | None)}.  The
+# builders make each statement once (functools.cache); the entry keeps the
+# statement too, so an id reused by a later object can never match it.  None
+# marks "run it through Connection.execute".
+_Entry = tuple[Executable, Rendered | None]
+_cache: weakref.WeakKeyDictionary[Dialect, dict[tuple[int, str], _Entry]] = (
     weakref.WeakKeyDictionary()
 )
 _lock = threading.Lock()
@@ -71,12 +73,14 @@ def rendered(
     statement passes the same set every time: it is not part of the key).
     """
     try:
-        return _cache[dialect][(id(stmt), schema)]
+        known, result = _cache[dialect][(id(stmt), schema)]
+        if known is stmt:
+            return result
     except KeyError:
         pass
     result = _render(stmt, dialect, schema, binary)
     with _lock:
-        _cache.setdefault(dialect, {})[(id(stmt), schema)] = result
+        _cache.setdefault(dialect, {})[(id(stmt), schema)] = (stmt, result)
     return result
 
 
