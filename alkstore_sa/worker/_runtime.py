@@ -4,7 +4,8 @@ One asyncio program serves both ``Worker`` (which drives it with
 ``asyncio.run`` in the calling thread) and ``AsyncWorker``.  Per queue a
 *producer* claims as many jobs as the queue has free slots
 (``concurrency``): right after LISTEN is established, on each notification,
-when a slot frees after a full batch, and on a re-poll timer
+after a full batch once every slot is free (or a free slot has waited about
+one claim round trip), and on a re-poll timer
 (``poll_interval``) that covers lost notifications and delayed jobs coming
 due (SPEC Q26).  Each claimed job gets an *execute* task; a *heartbeat*
 task extends every held claim at a third of its job's visibility timeout
@@ -21,16 +22,16 @@ import math
 import signal
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
-from .._core import HandleCore, QueueCore
+from .._core import HandleCore
 from .._errors import FailJob, HandleSpentError, RetryJob
 from .._job import Job
 from ._backend import Backend
 from ._completer import Completer
-from ._handlers import HandlerSpec, error_text, exception_text
+from ._handlers import error_text, exception_text
 from ._listener import Listener, connect_kwargs
+from ._state import QueueSpec, QueueState, Settings, Slot
 
 __all__ = ["QueueSpec", "Runtime", "Settings"]
 
@@ -39,72 +40,7 @@ log = logging.getLogger("alkstore_sa.worker")
 BEAT_FRACTION = 1 / 3  # heartbeat at this fraction of the job's visibility timeout
 BEAT_RETRY = 0.25  # after a failed heartbeat, try again this soon (seconds, at most)
 RELEASE_TIMEOUT = 10.0  # how long shutdown waits for releases and pending acks
-SETTLE_FIRST = 0.002  # a backlog's free slot waits about one claim round trip (seconds) ...
-SETTLE_CAP = 0.05  # ... but never longer than this for the rest to free up
-
-
-@dataclass(frozen=True, slots=True)
-class QueueSpec:
-    """One queue a worker serves: its store, identity and handler."""
-
-    store: Any  # Store or AsyncStore
-    core: QueueCore
-    handler: HandlerSpec
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    worker_id: str
-    concurrency: int
-    poll_interval: float
-    shutdown_timeout: float
-    job_timeout: float | None
-    handle_signals: bool
-
-
-@dataclass(eq=False)
-class _Slot:
-    """One claimed job from claim to outcome."""
-
-    job: Job
-    core: HandleCore
-    beat_every: float
-    next_beat: float
-    fut: asyncio.Future[Any] | None = None
-    task: asyncio.Task[None] | None = None
-    running: bool = True  # its handler has not returned yet
-    freed: bool = False  # its concurrency slot was given back
-    finishing: bool = False  # an outcome (ack/retry/fail/release) is under way
-    lost: bool = False  # a heartbeat found the claim gone
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (self.job.id, self.job.attempts)
-
-
-@dataclass(eq=False)
-class _QueueState:
-    spec: QueueSpec
-    signal: asyncio.Event = field(default_factory=asyncio.Event)
-    woken: bool = False  # a wake or re-poll: claim what is free, now
-    backlog: bool = False  # the last claim came back full: refill in batches
-    busy: int = 0  # slots taken by running handlers
-    claiming: int = 0  # slots reserved by the claim in flight
-    free_since: float = math.inf  # loop time a slot first freed since the last claim
-    settle: float = SETTLE_FIRST  # how long a backlog's free slot waits for company
-    held: dict[tuple[int, int], _Slot] = field(default_factory=dict)
-
-    @property
-    def core(self) -> QueueCore:
-        return self.spec.core
-
-    @property
-    def store(self) -> Any:
-        return self.spec.store
-
-    def wake(self) -> None:
-        self.woken = True
-        self.signal.set()
+SETTLE_CAP = 0.05  # a backlog's free slot never waits longer than this for company
 
 
 class Runtime:
@@ -120,7 +56,7 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop_event: asyncio.Event | None = None
         self._hard_event: asyncio.Event | None = None
-        self._queues: list[_QueueState] = []
+        self._queues: list[QueueState] = []
         self._beat_changed: asyncio.Event | None = None
         self._beat_at = 0.0  # when the heartbeat task wakes next (loop time)
         self._progress: asyncio.Event | None = None
@@ -167,7 +103,7 @@ class Runtime:
         self._hard_event = asyncio.Event()
         self._beat_changed = asyncio.Event()
         self._progress = asyncio.Event()
-        self._queues = [_QueueState(spec) for spec in self._specs]
+        self._queues = [QueueState(spec) for spec in self._specs]
         with self._lock:
             self._loop = loop
         self._apply_stop_if_requested()
@@ -262,7 +198,7 @@ class Runtime:
 
     def _make_listeners(self) -> list[Listener]:
         """One listener per database the queues live in (normally exactly one)."""
-        groups: dict[tuple[tuple[str, str], ...], list[_QueueState]] = {}
+        groups: dict[tuple[tuple[str, str], ...], list[QueueState]] = {}
         params_of: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
         for qs in self._queues:
             params = connect_kwargs(qs.store.engine, f"alkstore {self._settings.worker_id}")
@@ -273,12 +209,12 @@ class Runtime:
         for key, members in groups.items():
             by_channel = {qs.core.target.channel: qs for qs in members}
 
-            def wake(channel: str, by_channel: dict[str, _QueueState] = by_channel) -> None:
+            def wake(channel: str, by_channel: dict[str, QueueState] = by_channel) -> None:
                 qs = by_channel.get(channel)
                 if qs is not None:
                     qs.wake()
 
-            def listening(members: list[_QueueState] = members) -> None:
+            def listening(members: list[QueueState] = members) -> None:
                 for qs in members:
                     qs.wake()  # SPEC Q26: claim once LISTEN is established
 
@@ -287,7 +223,7 @@ class Runtime:
 
     # -- producer ---------------------------------------------------------------
 
-    async def _produce(self, qs: _QueueState, completer: Completer) -> None:
+    async def _produce(self, qs: QueueState, completer: Completer) -> None:
         loop = asyncio.get_running_loop()
         settings = self._settings
         next_poll = loop.time() + settings.poll_interval
@@ -296,13 +232,15 @@ class Runtime:
             free = settings.concurrency - qs.busy - qs.claiming
             settle_at = next_poll
             if free > 0 and not qs.claiming and (qs.woken or qs.backlog):
-                # A wake claims what is free at once: a new job never waits.
-                # A backlog is refilled when every slot is free, or once a free
-                # slot has waited about one claim's round trip: fast handlers
-                # get full claims (one round trip and one plan per
-                # ``concurrency`` jobs), slow ones keep their slots busy.
+                # A wake on a queue believed empty claims what is free at once:
+                # a new job never waits.  A backlog (the last claim came back
+                # full; wakes add nothing to that) is refilled when every slot
+                # is free, or once a free slot has waited about one claim's
+                # round trip: fast handlers get full claims (one round trip and
+                # one plan per ``concurrency`` jobs), slow ones keep busy.
                 settle_at = qs.free_since + qs.settle
-                if qs.woken or free == settings.concurrency or now >= settle_at:
+                prompt = qs.woken and not qs.backlog
+                if prompt or free == settings.concurrency or now >= settle_at:
                     qs.woken = qs.backlog = False
                     qs.claiming = free
                     qs.free_since = math.inf
@@ -319,7 +257,7 @@ class Runtime:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(qs.signal.wait(), min(next_poll, settle_at) - now)
 
-    async def _claim(self, qs: _QueueState, n: int, completer: Completer) -> None:
+    async def _claim(self, qs: QueueState, n: int, completer: Completer) -> None:
         call = qs.core.claim(self._settings.worker_id, n)
         assert call is not None
         loop = asyncio.get_running_loop()
@@ -340,10 +278,10 @@ class Runtime:
             qs.backlog = True  # a full batch: there may be more
         qs.signal.set()
 
-    def _start(self, qs: _QueueState, job: Job, completer: Completer) -> None:
+    def _start(self, qs: QueueState, job: Job, completer: Completer) -> None:
         loop = asyncio.get_running_loop()
         beat_every = max(job.visibility_timeout * BEAT_FRACTION, 0.01)
-        slot = _Slot(job, HandleCore(qs.core, job), beat_every, loop.time() + beat_every)
+        slot = Slot(job, HandleCore(qs.core, job), beat_every, loop.time() + beat_every)
         qs.busy += 1
         qs.held[slot.key] = slot
         if slot.next_beat < self._beat_at:  # only an earlier beat needs the heartbeat task
@@ -368,7 +306,7 @@ class Runtime:
         if not task.cancelled() and task.exception() is not None:
             log.error("worker task %s crashed", task.get_name(), exc_info=task.exception())
 
-    def _free(self, qs: _QueueState, slot: _Slot) -> None:
+    def _free(self, qs: QueueState, slot: Slot) -> None:
         if not slot.freed:
             slot.freed = True
             qs.busy -= 1
@@ -383,7 +321,7 @@ class Runtime:
     # -- executor ---------------------------------------------------------------
 
     async def _execute(
-        self, qs: _QueueState, slot: _Slot, fut: asyncio.Future[Any], completer: Completer
+        self, qs: QueueState, slot: Slot, fut: asyncio.Future[Any], completer: Completer
     ) -> None:
         timeout = self._settings.job_timeout
         try:
@@ -409,7 +347,7 @@ class Runtime:
             qs.held.pop(slot.key, None)
 
     async def _succeeded(
-        self, qs: _QueueState, slot: _Slot, result: Any, completer: Completer
+        self, qs: QueueState, slot: Slot, result: Any, completer: Completer
     ) -> None:
         slot.finishing = True
         job = slot.job
@@ -431,7 +369,7 @@ class Runtime:
         else:
             log.warning("job %d finished but its claim was lost before the ack", job.id)
 
-    async def _raised(self, qs: _QueueState, slot: _Slot, exc: BaseException) -> None:
+    async def _raised(self, qs: QueueState, slot: Slot, exc: BaseException) -> None:
         slot.finishing = True
         job = slot.job
         # A session handler that raised after its ack reached the database
@@ -467,7 +405,7 @@ class Runtime:
         await self._finish(qs, slot, "retry", lambda: make)
 
     async def _timed_out(
-        self, qs: _QueueState, slot: _Slot, fut: asyncio.Future[Any], timeout: float | None
+        self, qs: QueueState, slot: Slot, fut: asyncio.Future[Any], timeout: float | None
     ) -> None:
         """SPEC Q27: a handler past ``job_timeout`` failed like an exception."""
         slot.finishing = True
@@ -494,9 +432,7 @@ class Runtime:
         finally:
             qs.held.pop(slot.key, None)
 
-    async def _finish(
-        self, qs: _QueueState, slot: _Slot, what: str, make: Callable[[], Any]
-    ) -> None:
+    async def _finish(self, qs: QueueState, slot: Slot, what: str, make: Callable[[], Any]) -> None:
         try:
             ok = await self._backend.run(qs.store, make())
         except HandleSpentError:
@@ -526,7 +462,7 @@ class Runtime:
             self._beat_at = 0.0  # beating: whatever starts meanwhile re-checks
             await asyncio.gather(*(self._beat_queue(qs) for qs in self._queues))
 
-    async def _beat_queue(self, qs: _QueueState) -> None:
+    async def _beat_queue(self, qs: QueueState) -> None:
         loop = asyncio.get_running_loop()
         now = loop.time()
         # Beat everything at least halfway to its beat time: fewer round trips.
@@ -587,7 +523,7 @@ class Runtime:
 
     async def _release_running(self) -> None:
         """Past the grace: give running jobs back (pending, due now, attempt kept)."""
-        release: list[tuple[_QueueState, _Slot]] = []
+        release: list[tuple[QueueState, Slot]] = []
         for qs in self._queues:
             for slot in list(qs.held.values()):
                 if slot.running and not slot.finishing:
@@ -600,7 +536,7 @@ class Runtime:
                         slot.fut.add_done_callback(_consume)
                     release.append((qs, slot))
 
-        async def one(qs: _QueueState, slot: _Slot) -> None:
+        async def one(qs: QueueState, slot: Slot) -> None:
             try:
                 ok = await self._backend.run(
                     qs.store, qs.core.release(slot.job.id, slot.job.attempts)
