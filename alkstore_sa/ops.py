@@ -24,16 +24,10 @@ if TYPE_CHECKING:
     from ._core import Stamps, Target
 
 
-def _run(
-    conn: Connection,
-    target: Target,
-    stmt: Executable,
-    params: dict[str, Any],
-    binary: frozenset[str] = frozenset(),
-) -> Result[Any]:
+def _run(conn: Connection, target: Target, stmt: Executable, params: dict[str, Any]) -> Result[Any]:
     # The statement's text is rendered once per dialect and schema (see
     # sql/_render.py): the same SQL and bound parameters as execute() sends.
-    text = rendered(stmt, conn.dialect, target.schema, binary)
+    text = rendered(stmt, conn.dialect, target.schema)
     if text is None:
         return conn.execute(stmt, params, execution_options=target.execution_options)
     return conn.exec_driver_sql(text.sql, text.params(params))
@@ -56,8 +50,7 @@ def enqueue(
         "p_channel": target.channel,
     }
     # .all() fetches in one call; iterating would fetch row by row.
-    result = _run(conn, target, enqueue_sql.enqueue(), params, enqueue_sql.BINARY_PARAMS)
-    return list(result.scalars().all())
+    return list(_run(conn, target, enqueue_sql.enqueue(), params).scalars().all())
 
 
 def claim(conn: Connection, *, target: Target, worker_id: str, n: int) -> list[Job]:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Executable
+from sqlalchemy import ARRAY, Executable
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -64,29 +64,21 @@ _cache: weakref.WeakKeyDictionary[Dialect, dict[tuple[int, str], _Entry]] = (
 _lock = threading.Lock()
 
 
-def rendered(
-    stmt: Executable, dialect: Dialect, schema: str, binary: frozenset[str] = frozenset()
-) -> Rendered | None:
-    """The statement rendered for ``dialect`` and ``schema``; ``None`` when not renderable.
-
-    ``binary`` names parameters psycopg should send in binary format (a
-    statement passes the same set every time: it is not part of the key).
-    """
+def rendered(stmt: Executable, dialect: Dialect, schema: str) -> Rendered | None:
+    """The statement rendered for ``dialect`` and ``schema``; ``None`` when not renderable."""
     try:
         known, result = _cache[dialect][(id(stmt), schema)]
         if known is stmt:
             return result
     except KeyError:
         pass
-    result = _render(stmt, dialect, schema, binary)
+    result = _render(stmt, dialect, schema)
     with _lock:
         _cache.setdefault(dialect, {})[(id(stmt), schema)] = (stmt, result)
     return result
 
 
-def _render(
-    stmt: Executable, dialect: Dialect, schema: str, binary: frozenset[str]
-) -> Rendered | None:
+def _render(stmt: Executable, dialect: Dialect, schema: str) -> Rendered | None:
     kw: dict[str, Any] = {}
     if schema != DEFAULT_SCHEMA:
         kw = {"schema_translate_map": {DEFAULT_SCHEMA: schema}, "render_schema_translate": True}
@@ -109,11 +101,13 @@ def _render(
         processors[name] = process
     sql = compiled.string
     if dialect.driver == "psycopg":
-        for name in binary:
-            # psycopg's %(name)b sends the value in binary format: for a
-            # bytea[] that is each payload as is, where the text format
-            # escapes every byte of every payload (most of enqueue_many's
-            # client CPU).  Same value on the server.
+        # Arrays go in psycopg's binary format (%(name)b): a bytea[] of
+        # payloads as the bytes they are and a bigint[] of ids as fixed-width
+        # numbers, where the text format escapes every byte of every payload
+        # (most of enqueue_many's client CPU) and quotes every id.  Same
+        # values on the server (each slot keeps its ::TYPE[] cast).
+        arrays = {names[bp] for bp in compiled.binds.values() if isinstance(bp.type, ARRAY)}
+        for name in sorted(arrays):
             slot = f"%({name})s"
             if sql.count(slot) != 1:
                 return None

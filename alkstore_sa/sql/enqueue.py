@@ -39,10 +39,6 @@ class _Payload(LargeBinary):
         return None
 
 
-# Sent in binary format where the driver can (see _render): payload bytes as is.
-BINARY_PARAMS = frozenset({"p_payloads"})
-
-
 @cache
 def enqueue() -> Select[tuple[int]]:
     """Insert ``:payloads`` in order, stamped alike, and wake ``:channel`` once.
