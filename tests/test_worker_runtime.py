@@ -132,3 +132,36 @@ def test_async_worker_runs_a_plain_sync_handler_in_a_thread(
     finally:
         running.stop()
     assert threads[0].startswith("alkstore-handler")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_worker_refills_a_backlog_with_full_claims(
+    kind: str, database_url: URL, store: Store
+) -> None:
+    """Claims sized to free slots, but a backlog waits for the slots to free up.
+
+    A claim stamps every job it takes with one ``claim_deadline`` (its
+    statement's ``now()`` plus the visibility timeout), so the distinct
+    deadlines the handlers see count the claims.  Claiming whenever a single
+    slot freed took ~2x as many claims (mostly of 3 and 7 jobs).
+    """
+    jobs, concurrency = 60, 10
+    ids = store.queue("backlog").enqueue_many([b""] * jobs)
+    deadlines: Counter[object] = Counter()
+    lock = threading.Lock()
+
+    def record(job: Job) -> None:
+        with lock:
+            deadlines[job.claim_deadline] += 1
+
+    running = start_worker(
+        kind,
+        database_url,
+        lambda s: _cls(kind)({s.queue("backlog"): handler(kind, record)}, concurrency=concurrency),
+    )
+    try:
+        wait_for(lambda: sum(deadlines.values()) == len(ids), timeout=30)
+    finally:
+        running.stop()
+    assert max(deadlines.values()) <= concurrency  # never more than the free slots
+    assert len(deadlines) <= 8, sorted(deadlines.values())  # 6 when every claim is full

@@ -9,7 +9,19 @@ session, which commits with the ack or not at all (SPEC Q28).  On a
 graceful exit it prints one JSON line with its pool's state.
 """
 
+# ruff: noqa: E402 -- the SIGTERM handler below must come before the slow imports
 from __future__ import annotations
+
+import signal
+import sys
+
+# A SIGTERM that lands while this process is still importing (it takes
+# ~0.7 s on a loaded box; the tests stop a just-respawned worker at once when
+# the queue empties) would kill it with -15 before Worker.run() installs its
+# own handler.  A worker told to stop before it started has nothing in
+# flight: exit 0, as a graceful stop would.  run() replaces this handler
+# while it runs and restores it on return.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
 import asyncio
 import json
@@ -17,7 +29,6 @@ import logging
 import os
 import random
 import resource
-import sys
 import time
 from typing import Any
 
