@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import inspect
 import logging
 import os
@@ -36,21 +35,10 @@ def _accepts_concurrency(factory: Any) -> bool:
     return any(p.name == "concurrency" or p.kind is p.VAR_KEYWORD for p in params)
 
 
-def _with_concurrency(worker: Worker | AsyncWorker, concurrency: int, spec: str) -> None:
-    # A built worker has no public setter: swap its settings before it runs.
-    # (A factory taking `concurrency=` avoids this: it is called with the value.)
-    from ..worker._runtime import Runtime, Settings
-
-    settings = getattr(worker, "_settings", None)
-    specs = getattr(worker, "_specs", None)
-    if not isinstance(settings, Settings) or specs is None:
-        raise CliError(
-            f"cannot override the concurrency of {spec!r}: make OBJ a function taking "
-            "concurrency= that returns the worker",
-            code=2,
-        )
-    worker._settings = dataclasses.replace(settings, concurrency=concurrency)
-    worker._runtime = Runtime(specs, worker._settings)
+def _with_concurrency(worker: Worker | AsyncWorker, concurrency: int) -> None:
+    # A built worker is rebuilt by the worker module itself; a factory taking
+    # `concurrency=` avoids even that: it is called with the value.
+    worker._override_concurrency(concurrency)
 
 
 def resolve_worker(spec: str, concurrency: int | None) -> Worker | AsyncWorker:
@@ -72,7 +60,7 @@ def resolve_worker(spec: str, concurrency: int | None) -> Worker | AsyncWorker:
             return made
         obj = made
     if concurrency is not None:
-        _with_concurrency(obj, concurrency, spec)
+        _with_concurrency(obj, concurrency)
     return obj
 
 

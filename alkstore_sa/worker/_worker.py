@@ -7,6 +7,7 @@ drive the same asyncio runtime (``_runtime``).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import threading
@@ -83,6 +84,8 @@ def _specs(
 
 class _Base:
     _runtime: Runtime
+    _settings: Settings
+    _specs: list[QueueSpec]
 
     def __init__(self) -> None:
         self._started = False
@@ -100,6 +103,18 @@ class _Base:
         ``run()`` makes ``run()`` return right after starting.
         """
         self._runtime.stop()
+
+    def _override_concurrency(self, concurrency: int) -> None:
+        """For ``alkstore worker --concurrency``: change it on a worker built elsewhere.
+
+        Only before ``run()``: the runtime is rebuilt with the new settings.
+        """
+        with self._run_lock:
+            if self._started:
+                raise RuntimeError("cannot change the concurrency of a running worker")
+            n = v.integer(concurrency, "concurrency", minimum=1)
+            self._settings = dataclasses.replace(self._settings, concurrency=n)
+            self._runtime = Runtime(self._specs, self._settings)
 
     def _claim_run(self) -> None:
         with self._run_lock:
