@@ -112,3 +112,24 @@ def handler(kind: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         return fn(job)
 
     return plain
+
+
+def worker_class(kind: str) -> type[Worker] | type[AsyncWorker]:
+    return Worker if kind == "sync" else AsyncWorker
+
+
+def stuck_handler(kind: str, started: threading.Event, release: threading.Event) -> Any:
+    """A handler that signals ``started`` and then hangs (sync: until ``release``)."""
+    if kind == "sync":
+
+        def stuck(job: Any) -> None:
+            started.set()
+            release.wait(10)
+
+        return stuck
+
+    async def astuck(job: Any) -> None:
+        started.set()
+        await asyncio.sleep(10)
+
+    return astuck

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from sqlalchemy import URL
 
-from alkstore_sa import AsyncWorker, Job, QueueOpts, Store, Worker
+from alkstore_sa import Job, QueueOpts, Store
 
-from ._workers import KINDS, start_worker, wait_for
+from ._workers import KINDS, start_worker, stuck_handler, wait_for, worker_class
 
 
 def _slow(kind: str, seconds: float, calls: list[Job], started: threading.Event) -> Any:
@@ -34,10 +34,6 @@ def _slow(kind: str, seconds: float, calls: list[Job], started: threading.Event)
     return aslow
 
 
-def _cls(kind: str) -> type[Worker] | type[AsyncWorker]:
-    return Worker if kind == "sync" else AsyncWorker
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_q27_heartbeats_keep_a_slow_job_from_a_competing_worker(
     kind: str, database_url: URL, store: Store
@@ -51,7 +47,7 @@ def test_q27_heartbeats_keep_a_slow_job_from_a_competing_worker(
         start_worker(
             kind,
             database_url,
-            lambda s: _cls(kind)(
+            lambda s: worker_class(kind)(
                 {s.queue("slow", opts): _slow(kind, 2.0, calls, started)}, poll_interval=0.05
             ),
         )
@@ -79,7 +75,7 @@ def test_q27_stop_finishes_in_flight_work_and_claims_nothing_new(
     running = start_worker(
         kind,
         database_url,
-        lambda s: _cls(kind)(
+        lambda s: worker_class(kind)(
             {s.queue("drain"): _slow(kind, 0.5, calls, started)}, concurrency=1, poll_interval=0.05
         ),
     )
@@ -99,26 +95,15 @@ def test_q27_past_shutdown_timeout_the_job_is_released_attempt_kept(
 ) -> None:
     release = threading.Event()
     started = threading.Event()
-    if kind == "sync":
-
-        def stuck(job: Job) -> None:
-            started.set()
-            release.wait(10)
-
-        fn: Any = stuck
-    else:
-
-        async def astuck(job: Job) -> None:
-            started.set()
-            await asyncio.sleep(10)
-
-        fn = astuck
+    fn = stuck_handler(kind, started, release)
     q = store.queue("stuck")
     job_id = q.enqueue(b"")
     running = start_worker(
         kind,
         database_url,
-        lambda s: _cls(kind)({s.queue("stuck"): fn}, shutdown_timeout=0.3, poll_interval=0.05),
+        lambda s: worker_class(kind)(
+            {s.queue("stuck"): fn}, shutdown_timeout=0.3, poll_interval=0.05
+        ),
     )
     try:
         assert started.wait(10)

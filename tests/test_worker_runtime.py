@@ -2,23 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
 from collections import Counter
-from typing import Any
 
 import pytest
 from sqlalchemy import URL
 
-from alkstore_sa import AsyncWorker, Job, QueueOpts, Store, Worker
+from alkstore_sa import AsyncWorker, Job, QueueOpts, Store
 
-from ._workers import KINDS, handler, start_worker, wait_for
-
-
-def _cls(kind: str) -> type[Worker] | type[AsyncWorker]:
-    return Worker if kind == "sync" else AsyncWorker
+from ._workers import KINDS, handler, start_worker, stuck_handler, wait_for, worker_class
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -34,7 +28,7 @@ def test_worker_drains_two_queues_exactly_once(kind: str, database_url: URL, sto
     running = start_worker(
         kind,
         database_url,
-        lambda s: _cls(kind)(
+        lambda s: worker_class(kind)(
             {s.queue("a"): handler(kind, count), s.queue("b"): handler(kind, count)},
             concurrency=4,
         ),
@@ -65,7 +59,9 @@ def test_worker_heartbeat_notices_a_lost_claim(
     running = start_worker(
         kind,
         database_url,
-        lambda s: _cls(kind)({s.queue("lost", opts): cancelled_under_it}, poll_interval=0.2),
+        lambda s: worker_class(kind)(
+            {s.queue("lost", opts): cancelled_under_it}, poll_interval=0.2
+        ),
     )
     try:
         assert finished.wait(10)
@@ -82,24 +78,13 @@ def test_worker_second_stop_releases_in_flight_jobs_at_once(
 ) -> None:
     started = threading.Event()
     release = threading.Event()
-    if kind == "sync":
-
-        def stuck(job: Job) -> None:
-            started.set()
-            release.wait(10)
-
-        fn: Any = stuck
-    else:
-
-        async def astuck(job: Job) -> None:
-            started.set()
-            await asyncio.sleep(10)
-
-        fn = astuck
+    fn = stuck_handler(kind, started, release)
     q = store.queue("stuck")
     job_id = q.enqueue(b"")
     running = start_worker(
-        kind, database_url, lambda s: _cls(kind)({s.queue("stuck"): fn}, shutdown_timeout=30)
+        kind,
+        database_url,
+        lambda s: worker_class(kind)({s.queue("stuck"): fn}, shutdown_timeout=30),
     )
     try:
         assert started.wait(10)
@@ -157,7 +142,9 @@ def test_worker_refills_a_backlog_with_full_claims(
     running = start_worker(
         kind,
         database_url,
-        lambda s: _cls(kind)({s.queue("backlog"): handler(kind, record)}, concurrency=concurrency),
+        lambda s: worker_class(kind)(
+            {s.queue("backlog"): handler(kind, record)}, concurrency=concurrency
+        ),
     )
     try:
         wait_for(lambda: sum(deadlines.values()) == len(ids), timeout=30)
