@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from sqlalchemy import URL, Connection, Dialect, Engine
+from sqlalchemy import URL, Connection
 from sqlalchemy.exc import ProgrammingError
 
 from . import _validate as v
@@ -22,6 +22,13 @@ def check_engine(engine: object, expected: type, what: str) -> None:
     dialect = engine.dialect  # type: ignore[attr-defined]
     if dialect.name != "postgresql":
         raise ValueError(f"{what} needs a PostgreSQL engine, got dialect {dialect.name!r}")
+    # The store flips psycopg's own autocommit switch and the worker's
+    # listener speaks psycopg's LISTEN API: other drivers would half-work.
+    if dialect.driver != "psycopg":
+        raise ValueError(
+            f"{what} needs the psycopg 3 driver (postgresql+psycopg://...), "
+            f"got {dialect.name}+{dialect.driver}"
+        )
 
 
 def url_for(url: str | URL) -> URL:
@@ -66,24 +73,15 @@ def schema_errors(schema: str) -> Iterator[None]:
         raise
 
 
-def autocommit(engine: Engine) -> Engine:
-    # One statement per operation needs no BEGIN/COMMIT round trips.
-    return engine.execution_options(isolation_level="AUTOCOMMIT")
-
-
-def switches_autocommit(dialect: Dialect) -> bool:
-    """Whether ``in_autocommit`` may flip the driver's own switch (psycopg, sync or async)."""
-    return dialect.driver == "psycopg"
-
-
 def in_autocommit(call: Callable[[Connection], T]) -> Callable[[Connection], T]:
     """``call`` run on a plain pooled connection switched to driver autocommit.
 
-    Same effect as a connection of ``autocommit(engine)``: one statement, no
-    BEGIN/COMMIT.  But that engine sets and resets the isolation level through
-    SQLAlchemy's connection-characteristics machinery on every checkout
-    (events, level validation, four driver setter calls), about a quarter of
-    a one-statement operation's client CPU; here it is one switch each way.
+    Same effect as a connection of ``engine.execution_options(isolation_level=
+    "AUTOCOMMIT")``: one statement, no BEGIN/COMMIT.  But that engine sets
+    and resets the isolation level through SQLAlchemy's connection-
+    characteristics machinery on every checkout (events, level validation,
+    four driver setter calls), about a quarter of a one-statement
+    operation's client CPU; here it is one switch each way.
     The connection goes back to the pool as it came (the previous setting is
     restored), or is invalidated if that cannot be done.
     """

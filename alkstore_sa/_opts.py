@@ -48,8 +48,10 @@ class QueueOpts:
 class EnqueueOpts:
     """Per-job options; each one left ``None`` falls back to the queue's stamp.
 
-    ``delay`` wins over ``run_at``; ``max_attempts`` is the one stamp a job may
-    override besides ``priority`` and ``expires_in`` (SPEC Q4).
+    ``delay`` wins over ``run_at`` (both relative to the enqueue's one clock
+    read); ``priority``, ``expires_in`` and ``max_attempts`` override the
+    queue's stamps; ``visibility_timeout`` and the retry curve are the queue's
+    alone (SPEC Q4).
     """
 
     priority: int | None = None

@@ -36,8 +36,6 @@ class AsyncStore:
         _connect.check_engine(engine, AsyncEngine, "AsyncStore")
         self._life = _connect.Lifecycle(schema)
         self.engine = engine
-        self._autocommit = engine.execution_options(isolation_level="AUTOCOMMIT")
-        self._fast_autocommit = _connect.switches_autocommit(engine.dialect)
         self._owns_engine = False
 
     @classmethod
@@ -87,11 +85,8 @@ class AsyncStore:
                 if atomic:
                     async with self.engine.begin() as conn:
                         return await conn.run_sync(call)
-                if self._fast_autocommit:
-                    async with self.engine.connect() as conn:
-                        return await conn.run_sync(_connect.in_autocommit(call))
-                async with self._autocommit.connect() as conn:
-                    return await conn.run_sync(call)
+                async with self.engine.connect() as conn:
+                    return await conn.run_sync(_connect.in_autocommit(call))
             if isinstance(session, AsyncSession):
                 return await session.run_sync(_on_session, call)
             if isinstance(session, AsyncConnection):

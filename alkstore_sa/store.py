@@ -33,8 +33,6 @@ class Store:
         _connect.check_engine(engine, Engine, "Store")
         self._life = _connect.Lifecycle(schema)
         self.engine = engine
-        self._autocommit = _connect.autocommit(engine)
-        self._fast_autocommit = _connect.switches_autocommit(engine.dialect)
         self._owns_engine = False
 
     @classmethod
@@ -80,11 +78,8 @@ class Store:
                 if atomic:
                     with self.engine.begin() as conn:
                         return call(conn)
-                if self._fast_autocommit:
-                    with self.engine.connect() as conn:
-                        return _connect.in_autocommit(call)(conn)
-                with self._autocommit.connect() as conn:
-                    return call(conn)
+                with self.engine.connect() as conn:
+                    return _connect.in_autocommit(call)(conn)
             if isinstance(session, Session):
                 return call(session.connection())
             if isinstance(session, Connection):

@@ -7,7 +7,6 @@ import argparse
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
 from ..migrations import VERSION_TABLE
@@ -46,7 +45,3 @@ def migrate(engine: Engine, schema: str) -> tuple[tuple[str, ...], tuple[str, ..
         after = _current(conn, schema)
         conn.rollback()
     return before, after
-
-
-def heads() -> tuple[str, ...]:
-    return tuple(ScriptDirectory.from_config(alembic_config("alkstore")).get_heads())

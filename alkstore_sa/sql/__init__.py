@@ -1,7 +1,8 @@
 """Statement builders: each returns a SQLAlchemy Core statement and does no I/O.
 
-Values always travel as bound parameters; the statements are built once
-(``functools.cache``) so SQLAlchemy's compiled cache serves every call.
+Values always travel as bound parameters.  The statements are built once
+(``functools.cache``); ``_render`` turns each into its SQL text once per
+dialect and schema for ``ops`` to execute.
 """
 
 from . import claim, enqueue, handle, queue

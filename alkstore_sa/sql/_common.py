@@ -25,7 +25,9 @@ from ..schema import dead_jobs, jobs
 # start of a caller's long transaction.
 NOW: ColumnElement[object] = func.statement_timestamp(type_=DateTime(timezone=True))
 
-LIVE_COLUMNS = [c.name for c in jobs.c]
+# last_error of a job that ran out of attempts, whether its claim lapsed
+# (SPEC Q12) or retry() found none left (SPEC Q18).
+MAX_ATTEMPTS_ERROR = "max attempts exceeded"
 DEAD_COPY_COLUMNS = [c.name for c in dead_jobs.c if c.name not in ("last_error", "died_at")]
 
 

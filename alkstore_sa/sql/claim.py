@@ -13,9 +13,10 @@ Shape (SPEC Q8-Q12)::
                     claim_deadline=now+visibility_timeout
     FROM picked WHERE jobs.id = picked.id RETURNING jobs.*
 
-Rows another transaction holds are skipped, never waited for.  Pending and
-lapsed rows are found through two partial indexes, each walked in claim
-order, so neither a backlog of dead rows nor of claimed work slows it.
+Rows another transaction holds are skipped, never waited for.  Pending rows
+are found through a partial index walked in claim order (stopping at the
+LIMIT), lapsed ones through a partial index on their deadline (few, and
+sorted), so neither a backlog of dead rows nor of future jobs slows it.
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ from sqlalchemy import (
 )
 
 from ..schema import jobs
-from ._common import NOW, move_to_dead
+from ._common import MAX_ATTEMPTS_ERROR, NOW, move_to_dead
 
 __all__ = ["LAPSED_EXHAUSTED_ERROR", "bury_lapsed_exhausted", "claim"]
 
-LAPSED_EXHAUSTED_ERROR = "max attempts exceeded"
+LAPSED_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
 
 
 def _this_queue() -> ColumnElement[bool]:

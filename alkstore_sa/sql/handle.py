@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.dml import ReturningDelete, ReturningUpdate
 
 from ..schema import jobs
-from ._common import NOW, claim_is_held, error_or, move_to_dead
+from ._common import MAX_ATTEMPTS_ERROR, NOW, claim_is_held, error_or, move_to_dead
 
 __all__ = [
     "FAIL_DEFAULT_ERROR",
@@ -40,7 +40,7 @@ __all__ = [
     "retry",
 ]
 
-RETRY_EXHAUSTED_ERROR = "max attempts exceeded"
+RETRY_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
 FAIL_DEFAULT_ERROR = "failed"
 
 
