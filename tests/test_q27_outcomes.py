@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import functools
+import threading
 from typing import Any
 
 import pytest
@@ -154,3 +157,60 @@ def test_q27_job_timeout_retries_as_failed(kind: str, database_url: URL, store: 
         1,
         "job timed out after 0.3 s",
     )
+
+
+def _sync_wrapped(fn: Any) -> Any:
+    """A plain sync decorator around ``fn``: the result looks like a sync handler."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any) -> Any:
+        return fn(*args)
+
+    return wrapper
+
+
+def test_q27_worker_retries_a_sync_called_handler_that_returned_a_coroutine(
+    database_url: URL, store: Store
+) -> None:
+    ran: list[int] = []
+
+    @_sync_wrapped
+    async def body(job: Job) -> None:
+        ran.append(job.id)
+
+    q = store.queue("wrapped", QueueOpts(retry_base=100))
+    job_id = q.enqueue(b"")
+    running = start_worker(
+        "sync", database_url, lambda s: Worker({s.queue("wrapped"): body}, poll_interval=0.05)
+    )
+    try:
+        wait_for(lambda: (j := q.get_job(job_id)) is not None and j.attempts == 1 and j.last_error)
+    finally:
+        running.stop()
+    job = q.get_job(job_id)
+    assert job is not None and (job.status, job.attempts) == ("pending", 1)
+    assert job.last_error is not None and "must be run by AsyncWorker" in job.last_error
+    assert ran == []  # its body never ran, and it was not acked as if it had
+
+
+def test_q27_async_worker_awaits_a_sync_called_handler_that_returned_a_coroutine(
+    database_url: URL, store: Store
+) -> None:
+    ran: list[tuple[int, str]] = []
+
+    @_sync_wrapped
+    async def body(job: Job) -> None:
+        await asyncio.sleep(0.05)  # a body that really awaits, on the worker's loop
+        ran.append((job.id, threading.current_thread().name))
+
+    q = store.queue("wrapped")
+    job_id = q.enqueue(b"")
+    running = start_worker(
+        "async", database_url, lambda s: AsyncWorker({s.queue("wrapped"): body}, poll_interval=0.05)
+    )
+    try:
+        wait_for(lambda: q.get_job(job_id) is None)
+    finally:
+        running.stop()
+    assert [i for i, _ in ran] == [job_id]  # acked only after its body ran
+    assert ran[0][1] == "worker-async"  # awaited on the loop, not on a handler thread

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -125,3 +126,32 @@ def test_q28_claim_lost_before_the_ack_rolls_back_the_writes(
     assert [j.id for j in calls] == [job_id]
     assert _notes(receipts) == {}
     assert q.get_job(job_id) is None
+
+
+def test_q28_sync_session_handler_returning_a_coroutine_is_not_acked(
+    database_url: URL, store: Store
+) -> None:
+    # An async def behind a plain sync decorator: called as (job, session),
+    # it returns a coroutine without running; the ack must not commit.
+    ran: list[int] = []
+
+    async def body(job: Job, session: Session) -> None:
+        ran.append(job.id)
+
+    @functools.wraps(body)
+    def wrapped(job: Job, session: Session) -> Any:
+        return body(job, session)
+
+    q = store.queue("wrapped", QueueOpts(retry_base=100))
+    job_id = q.enqueue(b"")
+    running = start_worker(
+        "sync", database_url, lambda s: Worker({s.queue("wrapped"): wrapped}, poll_interval=0.05)
+    )
+    try:
+        wait_for(lambda: (j := q.get_job(job_id)) is not None and j.last_error)
+    finally:
+        running.stop()
+    job = q.get_job(job_id)
+    assert job is not None and (job.status, job.attempts) == ("pending", 1)
+    assert job.last_error is not None and "must be run by AsyncWorker" in job.last_error
+    assert ran == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -48,13 +49,37 @@ class Backend(Protocol):
         self, store: Any, spec: HandlerSpec, job: Job, core: HandleCore
     ) -> asyncio.Future[Any]: ...
 
+    def follow(self, spec: HandlerSpec, result: Any) -> asyncio.Future[Any]:
+        """What to wait for when a handler called as sync returned an awaitable."""
+        ...
+
     def close(self) -> None: ...
 
 
-def _sync_session_call(store: Store, fn: Callable[..., Any], job: Job, core: HandleCore) -> bool:
+def returned_awaitable(spec: HandlerSpec, result: object) -> TypeError:
+    """The error for a sync-called handler that returned an awaitable it cannot run.
+
+    An ``async def`` behind a plain sync decorator looks sync to the
+    signature check; its body only runs when awaited, so acking here would
+    record work that never happened.  The coroutine is closed so Python does
+    not warn that it was never awaited.
+    """
+    close = getattr(result, "close", None)
+    if inspect.iscoroutine(result) and callable(close):
+        close()
+    return TypeError(
+        f"handler {spec.name} returned a coroutine ({type(result).__name__}) instead of "
+        "running; async handlers must be run by AsyncWorker"
+    )
+
+
+def _sync_session_call(store: Store, spec: HandlerSpec, job: Job, core: HandleCore) -> bool:
     """SPEC Q28: the handler's writes and the ack commit together or not at all."""
     with Session(store.engine) as session:
-        fn(job, session)
+        result = spec.fn(job, session)
+        if inspect.isawaitable(result):
+            # Its body never ran: no ack (the session rolls back on the way out).
+            raise returned_awaitable(spec, result)
         acked = store._run(core.ack(), session)
         if acked:
             session.commit()
@@ -211,10 +236,16 @@ class SyncBackend:
         self, store: Store, spec: HandlerSpec, job: Job, core: HandleCore
     ) -> asyncio.Future[Any]:
         if spec.wants_session:
-            fn = functools.partial(_sync_session_call, store, spec.fn, job, core)
+            fn = functools.partial(_sync_session_call, store, spec, job, core)
         else:
             fn = functools.partial(spec.fn, job)
         return self._threads.handlers.submit(fn)
+
+    def follow(self, spec: HandlerSpec, result: Any) -> asyncio.Future[Any]:
+        # No loop of the handler's own to run it on: a failed attempt, retried.
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        fut.set_exception(returned_awaitable(spec, result))
+        return fut
 
     def close(self) -> None:
         self._threads.close()
@@ -246,6 +277,12 @@ class AsyncBackend:
             return started
         # Plain sync handlers are allowed on an AsyncWorker: they get a thread.
         return self._threads.handlers.submit(functools.partial(spec.fn, job))
+
+    def follow(self, spec: HandlerSpec, result: Any) -> asyncio.Future[Any]:
+        # Awaited here on the loop (a task, so a timeout or shutdown can cancel
+        # it), never on the handler thread that merely created it.
+        awaited: asyncio.Future[Any] = asyncio.ensure_future(result)
+        return awaited
 
     def close(self) -> None:
         self._threads.close()

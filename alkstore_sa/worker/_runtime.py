@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 import math
 import signal
@@ -324,8 +325,21 @@ class Runtime:
         self, qs: QueueState, slot: Slot, fut: asyncio.Future[Any], completer: Completer
     ) -> None:
         timeout = self._settings.job_timeout
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
         try:
-            done, _ = await asyncio.wait({fut}, timeout=timeout)
+            while True:
+                left = None if deadline is None else max(deadline - loop.time(), 0.0)
+                done, _ = await asyncio.wait({fut}, timeout=left)
+                if not done or fut.cancelled() or fut.exception() is not None:
+                    break
+                result = fut.result()
+                if not inspect.isawaitable(result):
+                    break
+                # Called as sync, it returned an awaitable (an ``async def``
+                # behind a sync decorator): its body has not run yet.
+                fut = self._backend.follow(qs.spec.handler, result)
+                slot.fut = fut
         finally:
             # On cancellation (shutdown gave up) the outcome is not ours to record.
             slot.running = False
