@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
 from typing import Any
 
 import pytest
-from sqlalchemy import URL
+from sqlalchemy import URL, create_engine
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from alkstore_sa import Job, QueueOpts, Store
+from alkstore_sa import AsyncStore, AsyncWorker, Job, QueueOpts, Store, Worker
 
 from ._workers import KINDS, start_worker, stuck_handler, wait_for, worker_class
 
@@ -121,3 +123,87 @@ def test_q27_past_shutdown_timeout_the_job_is_released_attempt_kept(
     )
     again = q.claim_one("next")  # due now: the next worker gets it at once
     assert again is not None and again.id == job_id and again.job.attempts == 2
+
+
+def test_q27_cancelling_async_run_releases_held_jobs_and_cancels_handlers(
+    database_url: URL, store: Store
+) -> None:
+    q = store.queue("cancelled_run")
+    job_id = q.enqueue(b"")
+    handler_cancelled: list[int] = []
+    outcome: dict[str, Any] = {}
+
+    async def main() -> None:
+        aengine = create_async_engine(database_url)
+        started = asyncio.Event()
+
+        async def ahandler(job: Job) -> None:
+            started.set()
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                handler_cancelled.append(job.id)
+                raise
+
+        worker = AsyncWorker(
+            {AsyncStore(aengine).queue("cancelled_run"): ahandler},
+            shutdown_timeout=30,
+            poll_interval=0.05,
+            handle_signals=False,
+        )
+        run = asyncio.create_task(worker.run())
+        try:
+            await asyncio.wait_for(started.wait(), 10)
+            began = time.monotonic()
+            run.cancel()
+            try:
+                await run
+            except asyncio.CancelledError:
+                outcome["cancelled"] = True
+            outcome["took"] = time.monotonic() - began
+            outcome["handlers_cancelled"] = list(handler_cancelled)
+        finally:
+            await aengine.dispose()
+
+    asyncio.run(main())
+    assert outcome["cancelled"] and outcome["took"] < 3  # not the 30 s grace
+    assert outcome["handlers_cancelled"] == [job_id]  # no handler task outlives run()
+    job = q.get_job(job_id)
+    assert job is not None  # back at once, not when the lease lapses; attempt kept
+    assert (job.status, job.attempts, job.worker_id) == ("pending", 1, None)
+
+
+def test_q27_interrupting_sync_run_releases_held_jobs(database_url: URL, store: Store) -> None:
+    # Ctrl-C with handle_signals=False: asyncio.run turns SIGINT into a
+    # cancellation of the run, and run() raises KeyboardInterrupt.
+    assert threading.current_thread() is threading.main_thread()  # SIGINT goes there
+    q = store.queue("interrupted_run")
+    job_id = q.enqueue(b"")
+    started = threading.Event()
+    release = threading.Event()
+    engine = create_engine(database_url)
+    worker = Worker(
+        {Store(engine).queue("interrupted_run"): stuck_handler("sync", started, release)},
+        shutdown_timeout=30,
+        poll_interval=0.05,
+        handle_signals=False,
+    )
+    sent: list[float] = []
+
+    def interrupt() -> None:
+        if started.wait(10):
+            sent.append(time.monotonic())
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+    threading.Thread(target=interrupt, daemon=True).start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            worker.run()
+        took = time.monotonic() - sent[0]
+    finally:
+        release.set()
+        engine.dispose()
+    assert took < 3
+    job = q.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts, job.worker_id) == ("pending", 1, None)

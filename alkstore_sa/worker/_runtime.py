@@ -41,6 +41,7 @@ log = logging.getLogger("alkstore_sa.worker")
 BEAT_FRACTION = 1 / 3  # heartbeat at this fraction of the job's visibility timeout
 BEAT_RETRY = 0.25  # after a failed heartbeat, try again this soon (seconds, at most)
 RELEASE_TIMEOUT = 10.0  # how long shutdown waits for releases and pending acks
+ABORT_TIMEOUT = 5.0  # the same when run() itself is cancelled: the canceller is waiting
 SETTLE_CAP = 0.05  # a backlog's free slot never waits longer than this for company
 
 
@@ -148,6 +149,12 @@ class Runtime:
             await asyncio.gather(*producers, return_exceptions=True)
             await self._cancel(listeners)
             await self._drain(completer)
+        except BaseException:
+            # run() itself was cancelled (or interrupted): no grace, but the
+            # held jobs still go back at once rather than when their leases
+            # lapse, and no handler task outlives run().
+            await self._abort(completer)
+            raise
         finally:
             await self._cancel(producers + listeners)
             for task in list(self._tasks):
@@ -508,7 +515,7 @@ class Runtime:
 
     # -- shutdown ---------------------------------------------------------------
 
-    async def _drain(self, completer: Completer) -> None:
+    async def _drain(self, completer: Completer, limit: float = RELEASE_TIMEOUT) -> None:
         """SPEC Q27: in-flight handlers get ``shutdown_timeout`` to finish and be acked."""
         loop = asyncio.get_running_loop()
         assert self._progress is not None and self._hard_event is not None
@@ -523,21 +530,44 @@ class Runtime:
                 await asyncio.wait_for(self._progress.wait(), left)
             except TimeoutError:
                 break
-        await self._release_running()
+        await self._release_running(limit)
         # Outcomes under way (acks, retries) finish; then the acks are flushed.
         finishing = [t for t in self._tasks if not t.done()]
         if finishing:
-            await asyncio.wait(finishing, timeout=RELEASE_TIMEOUT)
-        if not await completer.drain(RELEASE_TIMEOUT):
+            await asyncio.wait(finishing, timeout=limit)
+        if not await completer.drain(limit):
             log.warning(
                 "worker %s: %d ack(s) not flushed at shutdown",
                 self._settings.worker_id,
                 completer.abandon(),
             )
 
-    async def _release_running(self) -> None:
+    async def _abort(self, completer: Completer) -> None:
+        """Shut down with no grace, bounded by ``ABORT_TIMEOUT`` (run() is being cancelled)."""
+        assert self._stop_event is not None and self._hard_event is not None
+        self._stop_event.set()
+        self._hard_event.set()
+        for qs in self._queues:
+            qs.signal.set()
+        # A task of its own: a repeated cancel of run() cannot interrupt the
+        # releases half way; it only stops waiting for them.
+        abort = asyncio.get_running_loop().create_task(self._drain(completer, ABORT_TIMEOUT))
+        try:
+            await asyncio.wait({abort}, timeout=ABORT_TIMEOUT)
+        except asyncio.CancelledError:
+            log.warning(
+                "worker %s: cancelled again while releasing its jobs", self._settings.worker_id
+            )
+        if not abort.done():
+            abort.cancel()
+            log.warning(
+                "worker %s: releasing jobs at cancellation timed out", self._settings.worker_id
+            )
+
+    async def _release_running(self, limit: float = RELEASE_TIMEOUT) -> None:
         """Past the grace: give running jobs back (pending, due now, attempt kept)."""
         release: list[tuple[QueueState, Slot]] = []
+        handlers: list[asyncio.Future[Any]] = []  # async handlers, cancelled here
         for qs in self._queues:
             for slot in list(qs.held.values()):
                 if slot.running and not slot.finishing:
@@ -547,6 +577,7 @@ class Runtime:
                     if slot.fut is not None:
                         if isinstance(slot.fut, asyncio.Task):
                             slot.fut.cancel()
+                            handlers.append(slot.fut)
                         slot.fut.add_done_callback(_consume)
                     release.append((qs, slot))
 
@@ -567,11 +598,12 @@ class Runtime:
 
         if release:
             try:
-                await asyncio.wait_for(
-                    asyncio.gather(*(one(qs, s) for qs, s in release)), RELEASE_TIMEOUT
-                )
+                await asyncio.wait_for(asyncio.gather(*(one(qs, s) for qs, s in release)), limit)
             except TimeoutError:
                 log.warning("releasing %d job(s) at shutdown timed out", len(release))
+        if handlers:
+            # Their cancellation runs (finally blocks included) before run() returns.
+            await asyncio.wait(handlers, timeout=limit)
 
 
 def _consume(fut: asyncio.Future[Any]) -> None:
