@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 import threading
 import time
@@ -207,3 +208,46 @@ def test_q27_interrupting_sync_run_releases_held_jobs(database_url: URL, store: 
     job = q.get_job(job_id)
     assert job is not None
     assert (job.status, job.attempts, job.worker_id) == ("pending", 1, None)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_q27_shutdown_timeout_bounds_a_handler_whose_claim_was_lost(
+    kind: str, database_url: URL, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    opts = QueueOpts(visibility_timeout=0.6)  # heartbeat every 0.2 s
+    q = store.queue("lost_then_stop", opts)
+    job_id = q.enqueue(b"")
+    release = threading.Event()
+    if kind == "sync":
+
+        def hang(job: Job) -> None:
+            q.cancel(job.id)  # the job is cancelled while it runs
+            release.wait(10)
+
+        fn: Any = hang
+    else:
+
+        async def ahang(job: Job) -> None:
+            q.cancel(job.id)
+            await asyncio.sleep(10)
+
+        fn = ahang
+    caplog.set_level(logging.WARNING, logger="alkstore_sa.worker")
+    running = start_worker(
+        kind,
+        database_url,
+        lambda s: worker_class(kind)(
+            {s.queue("lost_then_stop", opts): fn}, shutdown_timeout=0.5, poll_interval=0.05
+        ),
+    )
+    try:
+        wait_for(
+            lambda: any(
+                r.getMessage().startswith(f"job {job_id}: heartbeat found its claim gone")
+                for r in caplog.records
+            )
+        )
+        took = running.stop()
+    finally:
+        release.set()
+    assert 0.5 <= took < 2  # the grace, not the grace plus a 10 s release wait

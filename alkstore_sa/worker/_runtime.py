@@ -505,8 +505,9 @@ class Runtime:
                 # what happened; just do not beat it again at once.
                 s.next_beat = now + s.beat_every
             elif qs.held.get(s.key) is s:
+                # Kept in ``held`` (not beaten, never acked): shutdown must still
+                # cancel or abandon its handler within the grace.
                 s.lost = True
-                qs.held.pop(s.key, None)
                 log.warning(
                     "job %d: heartbeat found its claim gone (lapsed, cancelled or "
                     "reclaimed); it will not be acked",
@@ -582,6 +583,9 @@ class Runtime:
                     release.append((qs, slot))
 
         async def one(qs: QueueState, slot: Slot) -> None:
+            if slot.lost:  # nothing of ours left in the database to release
+                qs.held.pop(slot.key, None)
+                return
             try:
                 ok = await self._backend.run(
                     qs.store, qs.core.release(slot.job.id, slot.job.attempts)
