@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from alkstore_sa import AsyncStore, AsyncWorker, Job, QueueOpts, Store, Worker
 
-from ._workers import KINDS, start_worker, stuck_handler, wait_for, worker_class
+from ._workers import KINDS, handler, start_worker, stuck_handler, wait_for, worker_class
 
 
 def _slow(kind: str, seconds: float, calls: list[Job], started: threading.Event) -> Any:
@@ -251,3 +251,26 @@ def test_q27_shutdown_timeout_bounds_a_handler_whose_claim_was_lost(
     finally:
         release.set()
     assert 0.5 <= took < 2  # the grace, not the grace plus a 10 s release wait
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_q27_stop_before_run_survives_a_concurrency_override(
+    kind: str, database_url: URL, store: Store
+) -> None:
+    # ``alkstore worker --concurrency`` rebuilds the runtime of a worker built
+    # elsewhere; a stop() asked for before that must still make run() return.
+    q = store.queue("stopped_early")
+    job_id = q.enqueue(b"")
+    ran: list[Job] = []
+
+    def build(s: Any) -> Any:
+        worker = worker_class(kind)({s.queue("stopped_early"): handler(kind, ran.append)})
+        worker.stop()
+        worker._override_concurrency(2)
+        return worker
+
+    running = start_worker(kind, database_url, build)
+    running.join(timeout=5)
+    assert ran == []
+    job = q.get_job(job_id)
+    assert job is not None and (job.status, job.attempts) == ("pending", 0)

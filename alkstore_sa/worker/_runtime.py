@@ -92,6 +92,12 @@ class Runtime:
             self._notify_progress()
 
     @property
+    def stop_requests(self) -> int:
+        """How many times ``stop()`` was called (any thread)."""
+        with self._lock:
+            return self._stops
+
+    @property
     def stopping(self) -> bool:
         return self._stop_event is not None and self._stop_event.is_set()
 
@@ -457,7 +463,13 @@ class Runtime:
         try:
             ok = await self._backend.run(qs.store, make())
         except HandleSpentError:
-            ok = False
+            # Not a lost claim: the handler's session ack already used the handle.
+            log.warning(
+                "job %d: %s skipped, the handler's session ack already spent the handle",
+                slot.job.id,
+                what,
+            )
+            return
         except Exception as exc:
             # The claim lapses and the job is handed out again (at least once).
             log.warning("job %d: recording %s failed: %s", slot.job.id, what, exc)

@@ -114,7 +114,12 @@ class _Base:
                 raise RuntimeError("cannot change the concurrency of a running worker")
             n = v.integer(concurrency, "concurrency", minimum=1)
             self._settings = dataclasses.replace(self._settings, concurrency=n)
+            old = self._runtime
             self._runtime = Runtime(self._specs, self._settings)
+            # A stop() asked for before still holds (read after the swap, so
+            # one racing with it lands on either runtime and is carried).
+            for _ in range(old.stop_requests):
+                self._runtime.stop()
 
     def _claim_run(self) -> None:
         with self._run_lock:
