@@ -106,6 +106,19 @@ def test_every_async_operation_is_a_coroutine(async_cls: type) -> None:
             assert inspect.iscoroutinefunction(member), name
 
 
+def test_async_worker_takes_the_same_arguments_and_methods_as_worker() -> None:
+    from alkstore_sa import AsyncWorker, Worker
+
+    def shape(cls: type) -> list[tuple[str, object, object]]:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+        return [(p.name, p.kind, p.default) for p in params]
+
+    assert shape(Worker) == shape(AsyncWorker)
+    assert set(_members(Worker)) - _FACE_ONLY == set(_members(AsyncWorker)) - _FACE_ONLY
+    assert inspect.iscoroutinefunction(AsyncWorker.run)
+    assert not inspect.iscoroutinefunction(AsyncWorker.stop)  # thread-safe, like Worker.stop
+
+
 def test_async_store_queue_is_not_awaitable_but_close_is() -> None:
     # SPEC Q1: queue() touches no database, so it is a plain method on both faces.
     assert not inspect.iscoroutinefunction(AsyncStore.queue)

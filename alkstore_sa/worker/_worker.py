@@ -170,9 +170,10 @@ class Worker(_Base):
         """Block, running jobs, until ``stop()`` or SIGTERM/SIGINT; then return."""
         self._claim_run()
         threads = self._settings.concurrency * len(self._specs)
-        # Claims, heartbeats, acks and retries run on their own small pool so a
-        # full handler pool never delays a heartbeat; small, because each call
-        # holds one of the engine's pooled connections while it runs.
+        # Heartbeats, retries and releases run on their own small pool (claims,
+        # and acks when the pool allows, have held-connection lanes of their
+        # own) so a full handler pool never delays a heartbeat; small, because
+        # each call holds one of the engine's pooled connections while it runs.
         db_threads = min(16, 2 + 2 * len(self._specs))
         asyncio.run(self._runtime.run(SyncBackend(threads, db_threads)))
 
