@@ -103,10 +103,23 @@ class Proc:
         self.popen.send_signal(signal.SIGKILL)
         self.popen.wait()
 
-    def stop(self, timeout: float = 20) -> dict[str, Any]:
-        """SIGTERM, wait for ``run()`` to return; the process's JSON report."""
+    def stop(self, timeout: float = 45) -> dict[str, Any]:
+        """SIGTERM, wait for ``run()`` to return; the process's JSON report.
+
+        The bound is generous (shutdown_timeout plus the release limits, on a
+        loaded machine); past it the worker is killed and the test fails with
+        the end of its log, so a hang can be told from slowness.
+        """
         self.popen.send_signal(signal.SIGTERM)
-        out, _ = self.popen.communicate(timeout=timeout)
+        try:
+            out, _ = self.popen.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.communicate()
+            tail = "\n".join(self.log_text().splitlines()[-40:])
+            raise AssertionError(
+                f"worker {self.pid} did not stop within {timeout}s of SIGTERM; log tail:\n{tail}"
+            ) from None
         assert self.popen.returncode == 0, f"worker {self.pid} exited {self.popen.returncode}"
         return json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
 
