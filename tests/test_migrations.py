@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic import command
@@ -152,7 +153,8 @@ def _only_schema(schema: str) -> Callable[[str | None, str, object], bool]:
     return include_name
 
 
-def test_m2_compare_metadata_finds_no_difference(engine: Engine) -> None:
+def _diff_with_metadata(engine: Engine, **extra_opts: Any) -> list[Any]:
+    """Alembic's compare_metadata over our schema only (not our version table)."""
     with engine.connect() as conn:
         ctx = MigrationContext.configure(
             conn,
@@ -161,11 +163,14 @@ def test_m2_compare_metadata_finds_no_difference(engine: Engine) -> None:
                 "include_name": _only_schema(DEFAULT_SCHEMA),
                 "version_table": VERSION_TABLE,
                 "version_table_schema": DEFAULT_SCHEMA,
-                "compare_type": True,
-                "compare_server_default": True,
+                **extra_opts,
             },
         )
-        diff = compare_metadata(ctx, metadata)
+        return list(compare_metadata(ctx, metadata))
+
+
+def test_m2_compare_metadata_finds_no_difference(engine: Engine) -> None:
+    diff = _diff_with_metadata(engine, compare_type=True, compare_server_default=True)
     assert diff == []
 
 
@@ -173,17 +178,7 @@ def test_m2_compare_metadata_sees_a_difference(engine: Engine) -> None:
     """The comparison above can fail: drop an index and it reports it."""
     with engine.begin() as conn:
         conn.execute(text("DROP INDEX alkstore.jobs_expiry_ix"))
-    with engine.connect() as conn:
-        ctx = MigrationContext.configure(
-            conn,
-            opts={
-                "include_schemas": True,
-                "include_name": _only_schema(DEFAULT_SCHEMA),
-                "version_table": VERSION_TABLE,
-                "version_table_schema": DEFAULT_SCHEMA,
-            },
-        )
-        diff = compare_metadata(ctx, metadata)
+    diff = _diff_with_metadata(engine)
     assert [d[0] for d in diff] == ["add_index"]
 
 
