@@ -19,6 +19,8 @@ import pytest
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ClauseElement
 
+from alkstore_sa._job import LIVE_COLUMNS
+from alkstore_sa.schema import jobs
 from alkstore_sa.sql import claim, enqueue, handle, queue
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
@@ -29,6 +31,17 @@ EXPECTED: dict[str, set[str]] = {
     "enqueue.enqueue": {
         "p_queue",
         "p_payloads",
+        "p_priority",
+        "p_run_at",
+        "p_delay",
+        "p_max_attempts",
+        "p_visibility_timeout",
+        "p_expires_in",
+        "p_channel",
+    },
+    "enqueue.enqueue_one": {
+        "p_queue",
+        "p_payload",
         "p_priority",
         "p_run_at",
         "p_delay",
@@ -155,8 +168,27 @@ def test_enqueue_is_one_insert_with_one_notify() -> None:
     assert "unnest" in text  # one statement for any number of payloads
 
 
+def test_enqueue_one_is_the_same_insert_without_the_array() -> None:
+    many = _compile(enqueue.enqueue()).string
+    one = _compile(enqueue.enqueue_one()).string
+    assert one.count("pg_notify") == 1
+    assert one.count("INSERT INTO alkstore.jobs") == 1
+    assert "unnest" not in one
+    # Same columns, stamped by the same expressions.
+    columns = many[many.index("INSERT") : many.index("%(p_queue)s")]
+    stamps = many[many.index("%(p_priority)s") : many.index("FROM unnest")].strip()
+    assert columns in one and stamps in one
+
+
 def test_time_is_the_statements_clock_everywhere() -> None:
     for name, builder in BUILDERS.items():
         text = _compile(builder()).string
         assert "now()" not in text and "CURRENT_TIMESTAMP" not in text.upper(), name
         assert "transaction_timestamp" not in text, name
+
+
+def test_rows_read_by_position_come_in_live_column_order() -> None:
+    # ops builds Job values from these rows by position (Job.from_live).
+    assert tuple(c.name for c in claim.claim().exported_columns) == LIVE_COLUMNS
+    assert tuple(queue.get_job().selected_columns.keys()) == (*LIVE_COLUMNS, "died_at")
+    assert tuple(c.name for c in jobs.c) == LIVE_COLUMNS

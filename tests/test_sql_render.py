@@ -28,6 +28,7 @@ PARAMS: dict[str, Any] = {
     "p_worker_id": "w",
     "p_n": 3,
     "p_payloads": [b"a", b"\x00b"],
+    "p_payload": b"\x00c",
     "p_priority": 0,
     "p_run_at": None,
     "p_delay": timedelta(0),
