@@ -11,7 +11,7 @@ Shape (SPEC Q8-Q12)::
          picked    AS (the first :n of due UNION ALL lapsed, same order)
     UPDATE jobs SET status='processing', attempts=attempts+1, worker_id=:worker_id,
                     claim_deadline=now+visibility_timeout
-    FROM picked WHERE jobs.id = picked.id RETURNING jobs.*
+    WHERE jobs.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING jobs.*
 
 Rows another transaction holds are skipped, never waited for.  Pending rows
 are found through a partial index walked in claim order (stopping at the
@@ -39,7 +39,7 @@ from sqlalchemy import (
 )
 
 from ..schema import jobs
-from ._common import MAX_ATTEMPTS_ERROR, NOW, move_to_dead
+from ._common import MAX_ATTEMPTS_ERROR, NOW, id_among, move_to_dead
 
 __all__ = ["LAPSED_EXHAUSTED_ERROR", "bury_lapsed_exhausted", "claim"]
 
@@ -99,7 +99,7 @@ def claim() -> Update:
     )
     return (
         update(jobs)
-        .where(jobs.c.id == picked.c.id)
+        .where(id_among(select(picked.c.id)))
         .values(
             status="processing",
             attempts=jobs.c.attempts + 1,
