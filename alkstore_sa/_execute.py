@@ -66,7 +66,10 @@ def _on_cursor(conn: Connection, dbapi: Any, sql: str, params: dict[str, Any]) -
     cursor = dbapi.cursor()
     try:
         cursor.execute(sql, params)
-        rows: list[Row] = cursor.fetchall() if cursor.description is not None else []
+        # Every statement of ours returns rows (RETURNING or SELECT).  Not
+        # cursor.description: psycopg builds a Column object per column on
+        # every read of it.
+        rows: list[Row] = cursor.fetchall()
     except BaseException as exc:
         # Wraps (or re-raises) exactly as exec_driver_sql would, invalidating
         # the connection when the error says it is gone.
