@@ -116,7 +116,7 @@ def backoff_delay(opts: QueueOpts, attempts: int) -> int:
 class QueueCore:
     """A queue's validated identity and its operations as calls."""
 
-    __slots__ = ("name", "opts", "target")
+    __slots__ = ("_plain_stamps", "name", "opts", "target")
 
     def __init__(self, schema: str, name: object, opts: QueueOpts | None) -> None:
         if opts is not None and not isinstance(opts, QueueOpts):
@@ -124,19 +124,23 @@ class QueueCore:
         self.name = v.queue_name(name)
         self.opts = opts or QueueOpts()
         self.target = Target(schema, self.name, channel_for(schema, self.name))
+        # The stamps of an enqueue without EnqueueOpts: the same every time.
+        self._plain_stamps = resolve_stamps(self.opts, None)
 
     def enqueue_many(self, payloads: Iterable[object], opts: EnqueueOpts | None) -> Call[list[int]]:
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise TypeError("enqueue_many takes an iterable of payloads, not a single payload")
-        if opts is not None and not isinstance(opts, EnqueueOpts):
-            raise TypeError(f"opts must be EnqueueOpts, got {type(opts).__name__}")
-        data = [v.payload(p) for p in payloads]
-        stamps = resolve_stamps(self.opts, opts)
-        return partial(ops.enqueue, target=self.target, payloads=data, stamps=stamps)
+        return self._enqueue([v.payload(p) for p in payloads], opts)
 
     def enqueue(self, payload: object, opts: EnqueueOpts | None) -> Call[int]:
-        many = self.enqueue_many([v.payload(payload)], opts)
+        many = self._enqueue([v.payload(payload)], opts)
         return lambda conn: many(conn)[0]
+
+    def _enqueue(self, data: list[bytes], opts: EnqueueOpts | None) -> Call[list[int]]:
+        if opts is not None and not isinstance(opts, EnqueueOpts):
+            raise TypeError(f"opts must be EnqueueOpts, got {type(opts).__name__}")
+        stamps = self._plain_stamps if opts is None else resolve_stamps(self.opts, opts)
+        return partial(ops.enqueue, target=self.target, payloads=data, stamps=stamps)
 
     def claim(self, worker_id: object, n: object) -> Call[list[Job]] | None:
         """``None`` for ``n <= 0``: the face returns ``[]`` and runs no SQL (SPEC Q13)."""
