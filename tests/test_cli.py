@@ -17,6 +17,8 @@ from sqlalchemy import URL, create_engine, inspect
 
 from alkstore_sa import EnqueueOpts, Store
 
+from . import _pg
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(sys.executable).with_name("alkstore")
 
@@ -431,3 +433,15 @@ def test_cli_console_script_is_installed() -> None:
         assert command in helped.stdout
     bare = _script([])
     assert bare.returncode == 2 and "usage:" in bare.stderr
+
+
+def test_cli_bench_runs_the_checkouts_suite_from_any_directory(
+    pg_server: _pg.Server, tmp_path: Path
+) -> None:
+    # Same as `python -m bench` (which makes and drops its own database).
+    url = pg_server.url(pg_server.maintenance_db)
+    proc = alkstore("bench", "--only", "E1", "--e1", "20", "--no-pgqueuer", url=url, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "E1 vs raw insert+notify" in proc.stdout
+    helped = alkstore("bench", "--help", url=None, cwd=tmp_path)
+    assert helped.returncode == 0 and "--only" in helped.stdout

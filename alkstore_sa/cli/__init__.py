@@ -1,4 +1,4 @@
-"""The ``alkstore`` command: migrate, worker, enqueue, jobs, sweep, demo.
+"""The ``alkstore`` command: migrate, worker, enqueue, jobs, sweep, demo, bench.
 
 Errors a user can fix (no URL, a bad URL, an unreachable server, a schema
 never migrated, an import path that does not resolve) end as one line on
@@ -146,6 +146,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--orders", type=_positive_int, default=2000, help="orders (default 2000)")
     p.add_argument("--concurrency", type=_positive_int, default=8, help="handler slots (8)")
+
+    # Listed for --help only: run() hands everything after "bench" to the suite.
+    sub.add_parser(
+        "bench",
+        add_help=False,
+        help="run the benchmark suite of a source checkout (python -m bench; "
+        "`alkstore bench --help` for its options)",
+    )
     return parser
 
 
@@ -173,6 +181,15 @@ def _migrate_hint(schema: str) -> str:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        from ._bench import cmd_bench
+
+        try:
+            return cmd_bench(argv[1:])
+        except CliError as exc:
+            print(f"alkstore: {exc.message}", file=sys.stderr)
+            return exc.code
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
