@@ -26,7 +26,7 @@ from sqlalchemy import (
 from sqlalchemy.sql.dml import ReturningDelete, ReturningUpdate
 
 from ..schema import jobs
-from ._common import MAX_ATTEMPTS_ERROR, NOW, claim_is_held, error_or, move_to_dead
+from ._common import MAX_ATTEMPTS_ERROR, NOW, claim_is_held, error_or, id_among, move_to_dead
 
 __all__ = [
     "FAIL_DEFAULT_ERROR",
@@ -112,6 +112,25 @@ def _claims_held() -> ColumnElement[bool]:
     return and_(mine.exists(), jobs.c.status == "processing", jobs.c.claim_deadline > NOW)
 
 
+def _lock_held_in_id_order(*, key_share: bool) -> ColumnElement[bool]:
+    """The held claims' rows, locked in ascending id order before they are touched.
+
+    The worker's ack and heartbeat flushes run at the same time on two
+    connections, may name the same jobs, and wait for row locks (they must
+    not skip a row another statement holds for a moment).  Left to the plan,
+    each would lock in whatever order its scan meets the rows, and two
+    opposite orders deadlock.  ``ORDER BY id ... FOR UPDATE`` locks in sorted
+    order (PostgreSQL locks above the sort), the same for every statement.
+    """
+    locked = (
+        select(jobs.c.id)
+        .where(_claims_held())
+        .order_by(jobs.c.id)
+        .with_for_update(key_share=key_share)
+    )
+    return id_among(locked)
+
+
 @cache
 def ack_held() -> ReturningDelete[tuple[int]]:
     """Ack many claims in one statement (the worker's batched acks).
@@ -119,7 +138,7 @@ def ack_held() -> ReturningDelete[tuple[int]]:
     Unlike ``ack_batch`` this checks each claim's attempts, so a job that
     lapsed and was reclaimed elsewhere is never acked by its old claimant.
     """
-    return delete(jobs).where(_claims_held()).returning(jobs.c.id)
+    return delete(jobs).where(_lock_held_in_id_order(key_share=False)).returning(jobs.c.id)
 
 
 @cache
@@ -127,7 +146,7 @@ def heartbeat_held() -> ReturningUpdate[tuple[int]]:
     """Extend many claims by each job's own visibility timeout (worker heartbeats)."""
     return (
         update(jobs)
-        .where(_claims_held())
+        .where(_lock_held_in_id_order(key_share=True))
         .values(claim_deadline=NOW + jobs.c.visibility_timeout)
         .returning(jobs.c.id)
     )
