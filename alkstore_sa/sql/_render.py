@@ -5,10 +5,9 @@ SQLAlchemy's compiled cache already compiles each statement once, but every
 the execution options, builds the parameter dict from the compiled binds and
 sets up an execution context for it -- about a fifth of an operation's
 client CPU on the hot path.  The statements here never change, so this
-module does that work once and the operation runs the finished text through
-``Connection.exec_driver_sql``: the same SQL the compiled path would send,
-the same bound parameters (values are never pasted into the text), the same
-cursor events, error wrapping and disconnect handling.  The schema is
+module does that work once and the operation runs the finished text (see
+``_execute.py``): the same SQL the compiled path would send and the same
+bound parameters (values are never pasted into the text).  The schema is
 rendered into the text exactly as ``schema_translate_map`` would render it
 at execution time.
 
