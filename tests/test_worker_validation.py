@@ -101,6 +101,21 @@ def test_async_worker_takes_async_queues_and_async_session_handlers(sq: Any, aq:
         AsyncWorker({sq: aplain})
 
 
+def test_async_worker_says_how_to_fix_a_decorated_async_session_handler(aq: Any) -> None:
+    import functools
+
+    def logged(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(*args: Any) -> Any:  # a plain function returning the coroutine
+            return fn(*args)
+
+        return wrapper
+
+    with pytest.raises(TypeError, match="must be async") as refused:
+        AsyncWorker({aq: logged(ascoped)})
+    assert "decorator" in str(refused.value) and "async def" in str(refused.value)
+
+
 def test_worker_handler_shapes_are_read_from_signatures(sq: Any) -> None:
     import functools
 

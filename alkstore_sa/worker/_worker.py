@@ -202,7 +202,10 @@ class AsyncWorker(_Base):
             if spec.wants_session and not spec.is_async:
                 raise TypeError(
                     f"AsyncWorker queue {name!r}: session-scoped handler {spec.name} must be "
-                    "async (it gets an AsyncSession); use Worker for sync session handlers"
+                    "async (it gets an AsyncSession): an `async def`, or, if a decorator "
+                    "wraps one in a plain function, a wrapper that is `async def` too "
+                    "(functools.wraps keeps the name, not the async-ness); "
+                    "use Worker for sync session handlers"
                 )
 
         self._specs = _specs(handlers, AsyncQueue, "AsyncWorker", session_needs_async)
