@@ -41,9 +41,10 @@ def _slow(kind: str, seconds: float, calls: list[Job], started: threading.Event)
 def test_q27_heartbeats_keep_a_slow_job_from_a_competing_worker(
     kind: str, database_url: URL, store: Store
 ) -> None:
-    # Visibility 0.6 s, handler 2 s: without heartbeats the claim lapses three
-    # times over and the competitor (re-polling every 50 ms) runs it again.
-    opts = QueueOpts(visibility_timeout=0.6)
+    # Visibility 1.2 s, handler 3 s: without heartbeats the claim lapses twice
+    # over and the competitor (re-polling every 50 ms) runs it again.  A beat
+    # comes every 0.4 s, so a loaded machine has 0.8 s of slack before a lapse.
+    opts = QueueOpts(visibility_timeout=1.2)
     calls: list[Job] = []
     started = threading.Event()
     workers = [
@@ -51,7 +52,7 @@ def test_q27_heartbeats_keep_a_slow_job_from_a_competing_worker(
             kind,
             database_url,
             lambda s: worker_class(kind)(
-                {s.queue("slow", opts): _slow(kind, 2.0, calls, started)}, poll_interval=0.05
+                {s.queue("slow", opts): _slow(kind, 3.0, calls, started)}, poll_interval=0.05
             ),
         )
         for _ in range(2)
