@@ -140,6 +140,15 @@ def targets(figs: Figures) -> list[Target]:
     return out
 
 
+def references(figs: Figures) -> dict[str, float | None]:
+    """Ratios worth reading beside the targets, but not targets of issue 6."""
+    return {
+        "D2 Worker c=50 vs pgqueuer-asyncpg (both hold 50 jobs)": _ratio(
+            figs.find("D2", "alkstore-c50"), figs.find("D2", "pgqueuer-asyncpg")
+        ),
+    }
+
+
 def table(figs: Figures, tgts: list[Target]) -> str:
     lines = [
         f"{'case':<5} {'system':<18} {'shape':<34} {'jobs':>9} {'seconds':>8} "
@@ -157,6 +166,10 @@ def table(figs: Figures, tgts: list[Target]) -> str:
         value = "n/a" if t.value is None else f"{t.value:.2f}{'x' if t.unit == 'x' else ' ms'}"
         verdict = {True: "met", False: "MISSED", None: "not measured"}[t.met]
         lines.append(f"{t.name:<32} {t.rule:<52} {value:>9}  {verdict}")
+    refs = {k: v for k, v in references(figs).items() if v is not None}
+    if refs:
+        lines += ["", "for reference (not targets)", "-" * 100]
+        lines += [f"{name:<86} {value:>7.2f}x" for name, value in refs.items()]
     return "\n".join(lines)
 
 
@@ -168,5 +181,6 @@ def write_json(
         "sizes": sizes,
         "figures": [{**asdict(f), "rate": f.rate} for f in figs.items],
         "targets": [{**asdict(t), "met": t.met} for t in tgts],
+        "references": references(figs),
     }
     path.write_text(json.dumps(doc, indent=2, default=str) + "\n")

@@ -64,10 +64,15 @@ class _Counter:
             self.finished.set()
 
 
-def d2(db: Database, jobs: int, label: str) -> Figure:
-    """One sync ``Worker``, concurrency 10, no-op handler."""
+# pgqueuer's drain (5 consumers x batch 10) holds this many jobs at once: a
+# Worker of this concurrency is its like-for-like shape (shown for reference).
+PGQ_IN_FLIGHT = 50
+
+
+def d2(db: Database, jobs: int, label: str, concurrency: int = CONCURRENCY) -> Figure:
+    """One sync ``Worker`` (concurrency 10 unless given), no-op handler."""
     fill(db, "d2", jobs)
-    engine = create_engine(db.sa_url(), pool_size=CONCURRENCY + 4, max_overflow=4)
+    engine = create_engine(db.sa_url(), pool_size=concurrency + 4, max_overflow=4)
     store = Store(engine)
     bar = Bar(label, jobs)
     counter = _Counter(jobs, bar)
@@ -77,7 +82,7 @@ def d2(db: Database, jobs: int, label: str) -> Figure:
 
     worker = Worker(
         {store.queue("d2"): noop},
-        concurrency=CONCURRENCY,
+        concurrency=concurrency,
         poll_interval=1.0,
         handle_signals=False,
     )
@@ -93,7 +98,10 @@ def d2(db: Database, jobs: int, label: str) -> Figure:
         thread.join(timeout=60)
         engine.dispose()
     bar.close(rate=jobs / (t1 - t0))
-    return Figure("D2", "alkstore", f"1 Worker, concurrency {CONCURRENCY}", jobs, t1 - t0)
+    if concurrency == CONCURRENCY:
+        return Figure("D2", "alkstore", f"1 Worker, concurrency {concurrency}", jobs, t1 - t0)
+    shape = f"1 Worker, concurrency {concurrency} (ref.)"
+    return Figure("D2", f"alkstore-c{concurrency}", shape, jobs, t1 - t0)
 
 
 def d2_async(db: Database, jobs: int, label: str) -> Figure:

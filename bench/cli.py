@@ -207,6 +207,10 @@ def _plan(
 
             add("D2 alkstore Worker", fresh(lambda lb: _worker.d2(db, s.drain, lb)))
             add("D2 alkstore AsyncWorker", fresh(lambda lb: _worker.d2_async(db, s.drain, lb)))
+            add(
+                f"D2 alkstore Worker c={_worker.PGQ_IN_FLIGHT}",
+                fresh(lambda lb: _worker.d2(db, s.drain, lb, _worker.PGQ_IN_FLIGHT)),
+            )
         if pgq:
             for kind in _pgq.DRIVERS:
                 add(

@@ -40,6 +40,8 @@ def test_bench_suite_runs_every_case_and_writes_json(
     if cli._worker_available():
         assert ("D2", "alkstore") in ran
         assert ("L1", "alkstore") in ran
+        assert ("D2", "alkstore-c50") in ran  # pgqueuer's 50 jobs in flight, for reference
+        assert "D2 Worker c=50 vs pgqueuer-asyncpg (both hold 50 jobs)" in doc["references"]
     assert all(f["jobs"] > 0 and f["seconds"] > 0 for f in doc["figures"])
     names = {t["name"] for t in doc["targets"]}
     assert {"D1 n=10 vs raw", "E1 vs raw insert+notify", "S1 n=100 vs D1 n=100"} <= names
