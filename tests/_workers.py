@@ -46,11 +46,18 @@ class Running:
 
 
 def start_worker(
-    kind: str, database_url: URL, build: Callable[[Any], Worker | AsyncWorker]
+    kind: str,
+    database_url: URL,
+    build: Callable[[Any], Worker | AsyncWorker],
+    **engine_kw: Any,
 ) -> Running:
-    """Build a worker on a fresh store of ``kind`` and run it in a thread."""
+    """Build a worker on a fresh store of ``kind`` and run it in a thread.
+
+    ``engine_kw`` go to ``create_engine`` / ``create_async_engine``.
+    """
+    engine_kw = {"pool_size": 10, "max_overflow": 20, **engine_kw}
     if kind == "sync":
-        engine = create_engine(database_url, pool_size=10, max_overflow=20)
+        engine = create_engine(database_url, **engine_kw)
         store: Any = Store(engine)
         worker = build(store)
 
@@ -62,7 +69,7 @@ def start_worker(
                 engine.dispose()
 
     else:
-        aengine = create_async_engine(database_url, pool_size=10, max_overflow=20)
+        aengine = create_async_engine(database_url, **engine_kw)
         store = AsyncStore(aengine)
         worker = build(store)
 

@@ -249,10 +249,13 @@ def test_q26_worker_binds_values_and_listens_on_a_quoted_hostile_channel(
 
     running = start_worker(kind, database_url, build)
     try:
-        with store.engine.connect() as conn:
-            listen = wait_for(
-                lambda: conn.execute(text(LISTEN_QUERY), {"app": f"alkstore {WORKER}"}).scalar()
-            )
+
+        def listening() -> Any:
+            # A connection per look: pg_stat_activity is a snapshot per transaction.
+            with store.engine.connect() as conn:
+                return conn.execute(text(LISTEN_QUERY), {"app": f"alkstore {WORKER}"}).scalar()
+
+        listen = wait_for(listening)
         q = store.queue(HOSTILE_QUEUE, opts)
         assert listen == 'LISTEN "alkstore.q_marker_7f3"";UNLISTEN/**/*;--"'
         ok, failed, retried = (q.enqueue(p) for p in (b"ok", b"fail", b"retry"))

@@ -134,3 +134,46 @@ def test_q26_listener_reconnects_after_its_backend_is_terminated(
         wait_for(lambda: done >= set(ids), timeout=5)
     finally:
         running.stop()
+
+
+def _first_job_arrives(kind: str, url: URL, store: Store, queue: str, **engine_kw: Any) -> None:
+    """A worker built on an engine of ``engine_kw`` picks up a job with no re-poll."""
+    done: set[int] = set()
+    running = start_worker(
+        kind,
+        url,
+        lambda s: _worker(kind, s, queue, lambda j: done.add(j.id), poll_interval=NO_POLL),
+        **engine_kw,
+    )
+    try:
+        # Claimed right after LISTEN is up, or by the wake: either needs a listener.
+        job_id = store.queue(queue).enqueue(b"")
+        wait_for(lambda: job_id in done, timeout=5)
+        later = store.queue(queue).enqueue(b"")
+        wait_for(lambda: later in done, timeout=5)
+    finally:
+        running.stop()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_q26_listener_connects_as_the_engine_does_with_connect_args(
+    kind: str, database_url: URL, store: Store
+) -> None:
+    # The URL names a database that does not exist; create_engine's
+    # connect_args name the real one, so only the engine knows where to go.
+    wrong = database_url.set(database="alkstore_no_such_database")
+    real = {"dbname": database_url.database}
+    _first_job_arrives(kind, wrong, store, "via_args", connect_args=real)
+
+
+def test_q26_listener_connects_as_the_engine_does_with_a_creator(
+    database_url: URL, store: Store
+) -> None:
+    import psycopg
+
+    _, params = store.engine.dialect.create_connect_args(database_url)
+    params = {k: v for k, v in params.items() if k != "context"}
+    nowhere = URL.create("postgresql+psycopg")  # every detail comes from the creator
+    _first_job_arrives(
+        "sync", nowhere, store, "via_creator", creator=lambda: psycopg.connect(**params)
+    )

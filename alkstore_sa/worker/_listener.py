@@ -8,19 +8,26 @@ the connection was down are lost (SPEC Q26: a worker claims right after its
 LISTEN is established).  When the connection drops it reconnects with a
 capped exponential backoff; meanwhile the producers' re-poll timers keep
 jobs moving.
+
+Where it connects is read, before every (re)connect, off a connection the
+store's engine itself made (its libpq parameters and password): so the
+URL, ``create_engine(connect_args=...)``, a ``creator`` or a ``do_connect``
+hook that sets a fresh token all reach the listener as they reach the pool.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-__all__ = ["Listener", "connect_kwargs"]
+__all__ = ["Listener", "listen_params"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
@@ -31,15 +38,33 @@ RECONNECT_CAP = 5.0  # the longest wait between attempts
 LIVENESS_INTERVAL = 30.0
 
 
-def connect_kwargs(engine: Any, application_name: str) -> dict[str, Any]:
-    """psycopg ``connect()`` arguments for the database ``engine`` points at.
+async def listen_params(engine: Any, application_name: str) -> dict[str, Any]:
+    """psycopg ``connect()`` arguments that reach where ``engine``'s connections go.
 
-    Uses the dialect's own URL translation (so a unix-socket ``?host=/dir``
-    and query options carry over) and drops SQLAlchemy's adapter map.
+    Read off a connection of the engine's own pool: its libpq parameters
+    (``info.dsn``, which leaves the password out) and its password.  The
+    ``application_name`` is always the worker's own (``alkstore <worker_id>``),
+    so the LISTEN backend can be told apart from the pool's in
+    ``pg_stat_activity``.
     """
-    _, params = engine.dialect.create_connect_args(engine.url)
-    params = {k: v for k, v in params.items() if k != "context"}
-    params.setdefault("application_name", application_name[:63])
+    if isinstance(engine, AsyncEngine):
+        async with engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            return _params_of(raw.driver_connection, application_name)
+
+    def read() -> dict[str, Any]:
+        with engine.connect() as conn:
+            return _params_of(conn.connection.driver_connection, application_name)
+
+    return await asyncio.to_thread(read)
+
+
+def _params_of(driver_connection: Any, application_name: str) -> dict[str, Any]:
+    info = driver_connection.info
+    params: dict[str, Any] = conninfo_to_dict(info.dsn)
+    if info.password:
+        params["password"] = info.password
+    params["application_name"] = application_name[:63]
     return params
 
 
@@ -51,12 +76,12 @@ class Listener:
 
     def __init__(
         self,
-        connect: Mapping[str, Any],
+        connect: Callable[[], Awaitable[dict[str, Any]]],
         channels: list[str],
         wake: Callable[[str], None],
         on_listening: Callable[[], None],
     ) -> None:
-        self._connect = dict(connect)
+        self._connect = connect  # the connect() arguments, asked for before each connect
         self._channels = channels
         self._wake = wake
         self._on_listening = on_listening
@@ -87,7 +112,8 @@ class Listener:
             delay = min(delay * 2, RECONNECT_CAP)
 
     async def _listen_once(self) -> None:
-        conn = await psycopg.AsyncConnection.connect(**self._connect, autocommit=True)
+        params = await self._connect()
+        conn = await psycopg.AsyncConnection.connect(**params, autocommit=True)
         self._conn = conn
         for channel in self._channels:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))

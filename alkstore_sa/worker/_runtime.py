@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 import math
@@ -31,7 +32,7 @@ from .._job import Job
 from ._backend import Backend
 from ._completer import Completer
 from ._handlers import error_text, exception_text
-from ._listener import Listener, connect_kwargs
+from ._listener import Listener, listen_params
 from ._state import QueueSpec, QueueState, Settings, Slot
 
 __all__ = ["QueueSpec", "Runtime", "Settings"]
@@ -211,14 +212,14 @@ class Runtime:
         return restore
 
     def _make_listeners(self) -> list[Listener]:
-        """One listener per database the queues live in (normally exactly one)."""
-        groups: dict[tuple[tuple[str, str], ...], list[QueueState]] = {}
-        params_of: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+        """One listener per engine the queues' stores use (normally exactly one)."""
+        groups: dict[int, list[QueueState]] = {}
+        engines: dict[int, Any] = {}
         for qs in self._queues:
-            params = connect_kwargs(qs.store.engine, f"alkstore {self._settings.worker_id}")
-            key = tuple(sorted((k, str(v)) for k, v in params.items()))
-            groups.setdefault(key, []).append(qs)
-            params_of[key] = params
+            engine = qs.store.engine
+            groups.setdefault(id(engine), []).append(qs)
+            engines[id(engine)] = engine
+        app_name = f"alkstore {self._settings.worker_id}"
         self.listeners = []
         for key, members in groups.items():
             by_channel = {qs.core.target.channel: qs for qs in members}
@@ -232,7 +233,8 @@ class Runtime:
                 for qs in members:
                     qs.wake()  # SPEC Q26: claim once LISTEN is established
 
-            self.listeners.append(Listener(params_of[key], list(by_channel), wake, listening))
+            params = functools.partial(listen_params, engines[key], app_name)
+            self.listeners.append(Listener(params, list(by_channel), wake, listening))
         return self.listeners
 
     # -- producer ---------------------------------------------------------------
