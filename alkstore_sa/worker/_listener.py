@@ -25,7 +25,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import Connection
 
 __all__ = ["Listener", "listen_params"]
 
@@ -38,29 +38,17 @@ RECONNECT_CAP = 5.0  # the longest wait between attempts
 LIVENESS_INTERVAL = 30.0
 
 
-async def listen_params(engine: Any, application_name: str) -> dict[str, Any]:
-    """psycopg ``connect()`` arguments that reach where ``engine``'s connections go.
+def listen_params(conn: Connection, *, application_name: str) -> dict[str, Any]:
+    """psycopg ``connect()`` arguments that reach where ``conn`` (the engine's) went.
 
     Read off a connection of the engine's own pool: its libpq parameters
     (``info.dsn``, which leaves the password out) and its password.  The
     ``application_name`` is always the worker's own (``alkstore <worker_id>``),
     so the LISTEN backend can be told apart from the pool's in
-    ``pg_stat_activity``.
+    ``pg_stat_activity``.  Run as a store call (the worker's backend runs it
+    on a daemon thread or on the loop), so a stop never waits on a connect.
     """
-    if isinstance(engine, AsyncEngine):
-        async with engine.connect() as conn:
-            raw = await conn.get_raw_connection()
-            return _params_of(raw.driver_connection, application_name)
-
-    def read() -> dict[str, Any]:
-        with engine.connect() as conn:
-            return _params_of(conn.connection.driver_connection, application_name)
-
-    return await asyncio.to_thread(read)
-
-
-def _params_of(driver_connection: Any, application_name: str) -> dict[str, Any]:
-    info = driver_connection.info
+    info = conn.connection.driver_connection.info  # type: ignore[union-attr]
     params: dict[str, Any] = conninfo_to_dict(info.dsn)
     if info.password:
         params["password"] = info.password

@@ -23,7 +23,7 @@ import logging
 import math
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._core import HandleCore
@@ -214,14 +214,13 @@ class Runtime:
     def _make_listeners(self) -> list[Listener]:
         """One listener per engine the queues' stores use (normally exactly one)."""
         groups: dict[int, list[QueueState]] = {}
-        engines: dict[int, Any] = {}
         for qs in self._queues:
-            engine = qs.store.engine
-            groups.setdefault(id(engine), []).append(qs)
-            engines[id(engine)] = engine
-        app_name = f"alkstore {self._settings.worker_id}"
+            groups.setdefault(id(qs.store.engine), []).append(qs)
+        read_params = functools.partial(
+            listen_params, application_name=f"alkstore {self._settings.worker_id}"
+        )
         self.listeners = []
-        for key, members in groups.items():
+        for members in groups.values():
             by_channel = {qs.core.target.channel: qs for qs in members}
 
             def wake(channel: str, by_channel: dict[str, QueueState] = by_channel) -> None:
@@ -233,7 +232,9 @@ class Runtime:
                 for qs in members:
                     qs.wake()  # SPEC Q26: claim once LISTEN is established
 
-            params = functools.partial(listen_params, engines[key], app_name)
+            def params(store: Any = members[0].store) -> Awaitable[dict[str, Any]]:
+                return self._backend.run(store, read_params)
+
             self.listeners.append(Listener(params, list(by_channel), wake, listening))
         return self.listeners
 
