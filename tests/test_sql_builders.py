@@ -25,31 +25,23 @@ from alkstore_sa.sql import claim, enqueue, handle, queue
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
 
+# The stamps every enqueue statement binds, besides its payload(s).
+ENQUEUE_STAMPS = {
+    "p_queue",
+    "p_priority",
+    "p_run_at",
+    "p_delay",
+    "p_max_attempts",
+    "p_visibility_timeout",
+    "p_expires_in",
+    "p_channel",
+}
+
 # The parameters each builder expects from its caller (ops.py), by name.
 EXPECTED: dict[str, set[str]] = {
     "claim.claim": {"p_queue", "p_worker_id", "p_n"},
-    "enqueue.enqueue": {
-        "p_queue",
-        "p_payloads",
-        "p_priority",
-        "p_run_at",
-        "p_delay",
-        "p_max_attempts",
-        "p_visibility_timeout",
-        "p_expires_in",
-        "p_channel",
-    },
-    "enqueue.enqueue_one": {
-        "p_queue",
-        "p_payload",
-        "p_priority",
-        "p_run_at",
-        "p_delay",
-        "p_max_attempts",
-        "p_visibility_timeout",
-        "p_expires_in",
-        "p_channel",
-    },
+    "enqueue.enqueue": {*ENQUEUE_STAMPS, "p_payloads"},
+    "enqueue.enqueue_one": {*ENQUEUE_STAMPS, "p_payload"},
     "handle.ack": {"p_job_id", "p_attempts"},
     "handle.heartbeat": {"p_job_id", "p_attempts", "p_extend"},
     "handle.retry": {"p_job_id", "p_attempts", "p_delay", "p_error"},
