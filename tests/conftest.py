@@ -60,7 +60,7 @@ def pg_server(pytestconfig: pytest.Config) -> _pg.Server:
 def template_db(pg_server: _pg.Server) -> Iterator[str]:
     """One database migrated to head, cloned for every test."""
     name = f"alkstore_tmpl_{os.getpid()}"
-    janitor = DatabaseJanitor(dbname=name, as_template=True, **pg_server.janitor_kwargs())
+    janitor = DatabaseJanitor(dbname=name, as_template=True, **_pg.janitor_kwargs(pg_server))
     janitor.drop()
     janitor.init()
     command.upgrade(alembic_config(pg_server.url(name)), "head")
@@ -72,7 +72,7 @@ def template_db(pg_server: _pg.Server) -> Iterator[str]:
 def blank_database(pg_server: _pg.Server) -> Iterator[URL]:
     """An empty database (no migrations), dropped after the test."""
     name = f"alkstore_blank_{os.getpid()}_{next(_counter)}"
-    janitor = DatabaseJanitor(dbname=name, **pg_server.janitor_kwargs())
+    janitor = DatabaseJanitor(dbname=name, **_pg.janitor_kwargs(pg_server))
     janitor.init()
     yield pg_server.url(name)
     janitor.drop()
@@ -83,7 +83,7 @@ def database_url(pg_server: _pg.Server, template_db: str) -> Iterator[URL]:
     """A fresh database already migrated to head, dropped after the test."""
     name = f"alkstore_t_{os.getpid()}_{next(_counter)}"
     janitor = DatabaseJanitor(
-        dbname=name, template_dbname=template_db, **pg_server.janitor_kwargs()
+        dbname=name, template_dbname=template_db, **_pg.janitor_kwargs(pg_server)
     )
     janitor.init()
     yield pg_server.url(name)
