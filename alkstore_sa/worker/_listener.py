@@ -12,7 +12,9 @@ jobs moving.
 Where it connects is read, before every (re)connect, off a connection the
 store's engine itself made (its libpq parameters and password): so the
 URL, ``create_engine(connect_args=...)``, a ``creator`` or a ``do_connect``
-hook that sets a fresh token all reach the listener as they reach the pool.
+hook reach the listener as they reach the pool.  (A short-lived password,
+such as a cloud IAM token, is the one of the pooled connection it reads:
+give such a pool a ``pool_recycle`` shorter than the token's life.)
 """
 
 from __future__ import annotations
