@@ -18,8 +18,9 @@ from typing import Any
 import pytest
 from sqlalchemy import URL, Connection, Engine, create_engine, event, text
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from alkstore_sa import Store
+from alkstore_sa import AsyncStore, Store
 
 
 def _refuse(*args: Any, **kwargs: Any) -> Any:
@@ -44,6 +45,19 @@ def test_an_unobserved_store_runs_statements_on_the_cursor(
         pass
     monkeypatch.setattr(Connection, "exec_driver_sql", _refuse)
     _round_trip(store)
+
+
+async def test_an_unobserved_async_store_runs_statements_on_the_cursor(
+    async_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with async_engine.connect():  # the dialect's first-connect queries use it
+        pass
+    monkeypatch.setattr(Connection, "exec_driver_sql", _refuse)
+    q = AsyncStore(async_engine).queue("paths")
+    job_id = await q.enqueue(b"a")
+    (handle,) = await q.claim_batch("w", 5)
+    assert handle.id == job_id and await handle.ack()
+    assert await q.get_job(job_id) is None
 
 
 def test_a_cursor_listener_sees_every_statement(engine: Engine) -> None:
