@@ -2,9 +2,9 @@
 
 ``QueueCore`` and ``HandleCore`` validate arguments (before any SQL) and
 return a *call*: a function of one sync ``Connection`` that runs the
-operation in ``ops``.  The sync faces run the call on a connection directly;
+operation in ``_ops``.  The sync faces run the call on a connection directly;
 the async faces hand it to ``run_sync``.  So each rule lives here or in
-``ops``/``sql`` once, and both APIs obey it.
+``_ops``/``_sql`` once, and both APIs obey it.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection
 
+from . import _ops
 from . import _validate as v
-from . import ops
 from ._errors import HandleSpentError
 from ._job import Job, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
@@ -48,7 +48,7 @@ def channel_for(schema: str, queue: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Target:
+class QueueAddress:
     """Where a queue's statements go: its schema, name and wake channel."""
 
     schema: str
@@ -116,14 +116,14 @@ def backoff_delay(opts: QueueOpts, attempts: int) -> int:
 class QueueCore:
     """A queue's validated identity and its operations as calls."""
 
-    __slots__ = ("_plain_stamps", "name", "opts", "target")
+    __slots__ = ("_plain_stamps", "address", "name", "opts")
 
     def __init__(self, schema: str, name: object, opts: QueueOpts | None) -> None:
         if opts is not None and not isinstance(opts, QueueOpts):
             raise TypeError(f"opts must be QueueOpts, got {type(opts).__name__}")
         self.name = v.queue_name(name)
         self.opts = opts or QueueOpts()
-        self.target = Target(schema, self.name, channel_for(schema, self.name))
+        self.address = QueueAddress(schema, self.name, channel_for(schema, self.name))
         # The stamps of an enqueue without EnqueueOpts: the same every time.
         self._plain_stamps = resolve_stamps(self.opts, None)
 
@@ -140,7 +140,7 @@ class QueueCore:
         if opts is not None and not isinstance(opts, EnqueueOpts):
             raise TypeError(f"opts must be EnqueueOpts, got {type(opts).__name__}")
         stamps = self._plain_stamps if opts is None else resolve_stamps(self.opts, opts)
-        return partial(ops.enqueue, target=self.target, payloads=data, stamps=stamps)
+        return partial(_ops.enqueue, address=self.address, payloads=data, stamps=stamps)
 
     def claim(self, worker_id: object, n: object) -> Call[list[Job]] | None:
         """``None`` for ``n <= 0``: the face returns ``[]`` and runs no SQL (SPEC Q13)."""
@@ -148,39 +148,39 @@ class QueueCore:
         if isinstance(n, int) and not isinstance(n, bool) and n <= 0:
             return None  # any n <= 0 means "none", however low (no int4 range check)
         size = v.integer(n, "n")
-        return partial(ops.claim, target=self.target, worker_id=who, n=size)
+        return partial(_ops.claim, address=self.address, worker_id=who, n=size)
 
     def ack_batch(self, job_ids: Iterable[object]) -> Call[int] | None:
         ids = v.job_ids(job_ids)
         if not ids:
             return None
-        return partial(ops.ack_batch, target=self.target, job_ids=ids)
+        return partial(_ops.ack_batch, address=self.address, job_ids=ids)
 
     def cancel(self, job_id: object) -> Call[bool]:
-        return partial(ops.cancel, target=self.target, job_id=v.job_id(job_id))
+        return partial(_ops.cancel, address=self.address, job_id=v.job_id(job_id))
 
     def get_job(self, job_id: object) -> Call[Job | None]:
-        return partial(ops.get_job, target=self.target, job_id=v.job_id(job_id))
+        return partial(_ops.get_job, address=self.address, job_id=v.job_id(job_id))
 
     # -- for the worker runtime: many claims per round trip -------------------
 
     def ack_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
         """Ack ``(job_id, attempts)`` claims still held; the call returns acked ids."""
-        return partial(ops.ack_held, target=self.target, claims=claims)
+        return partial(_ops.ack_held, address=self.address, claims=claims)
 
     def heartbeat_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
         """Extend held claims by each job's visibility timeout; returns extended ids."""
-        return partial(ops.heartbeat_held, target=self.target, claims=claims)
+        return partial(_ops.heartbeat_held, address=self.address, claims=claims)
 
     def release(self, job_id: int, attempts: int) -> Call[bool]:
         """Give a held claim back: pending, due now, attempt not refunded (SPEC Q27)."""
-        return partial(ops.release, target=self.target, job_id=job_id, attempts=attempts)
+        return partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
 
     def sweep_expired(self) -> Call[SweepResult]:
         retention = self.opts.dead_letter_retention
         return partial(
-            ops.sweep,
-            target=self.target,
+            _ops.sweep,
+            address=self.address,
             retention=None if retention is None else _seconds(retention),
         )
 
@@ -227,11 +227,11 @@ class HandleCore:
         return run
 
     def _identity(self) -> dict[str, Any]:
-        return {"target": self.queue.target, "job_id": self.job.id, "attempts": self.job.attempts}
+        return {"address": self.queue.address, "job_id": self.job.id, "attempts": self.job.attempts}
 
     def ack(self) -> Call[bool]:
         self._check_unspent()
-        return self._consuming(partial(ops.ack, **self._identity()))
+        return self._consuming(partial(_ops.ack, **self._identity()))
 
     def retry(self, error: object, delay: object) -> Call[bool]:
         text = v.error_text(error)
@@ -241,20 +241,20 @@ class HandleCore:
             seconds = v.duration(delay, "delay", allow_zero=True)
         self._check_unspent()
         return self._consuming(
-            partial(ops.retry, **self._identity(), delay=_seconds(seconds), error=text)
+            partial(_ops.retry, **self._identity(), delay=_seconds(seconds), error=text)
         )
 
     def fail(self, error: object) -> Call[bool]:
         text = v.error_text(error)
         self._check_unspent()
-        return self._consuming(partial(ops.fail, **self._identity(), error=text))
+        return self._consuming(partial(_ops.fail, **self._identity(), error=text))
 
     def heartbeat(self, extend: object) -> Call[bool] | None:
         """``None`` when spent: the face returns ``False`` without SQL (SPEC Q20)."""
         seconds = v.duration(extend, "extend")
         if self._spent:
             return None
-        return partial(ops.heartbeat, **self._identity(), extend=_seconds(seconds))
+        return partial(_ops.heartbeat, **self._identity(), extend=_seconds(seconds))
 
 
 def _secs(value: float | int | timedelta) -> float:

@@ -1,7 +1,7 @@
 """Running one statement on a SQLAlchemy ``Connection`` and fetching its rows.
 
 Every operation's statement arrives here already rendered to its text (see
-``sql/_render.py``).  It goes one of two ways, with the same SQL, the same
+``_sql/_render.py``).  It goes one of two ways, with the same SQL, the same
 bound parameters and the same psycopg cursor call at the bottom:
 
 - ``Connection.exec_driver_sql`` -- SQLAlchemy's execution path: logging
@@ -30,21 +30,23 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Executable
 
-from .sql._render import rendered
+from ._sql._render import rendered
 
 if TYPE_CHECKING:
-    from ._core import Target
+    from ._core import QueueAddress
 
 __all__ = ["fetch", "unobserved"]
 
 Row = Sequence[Any]
 
 
-def fetch(conn: Connection, target: Target, stmt: Executable, params: dict[str, Any]) -> list[Row]:
+def fetch(
+    conn: Connection, address: QueueAddress, stmt: Executable, params: dict[str, Any]
+) -> list[Row]:
     """Run ``stmt`` with ``params`` on ``conn``; every row it returns, as tuples."""
-    text = rendered(stmt, conn.dialect, target.schema)
+    text = rendered(stmt, conn.dialect, address.schema)
     if text is None:
-        result = conn.execute(stmt, params, execution_options=target.execution_options)
+        result = conn.execute(stmt, params, execution_options=address.execution_options)
         return list(result.all())
     bound = text.params(params)
     dbapi = conn.connection.dbapi_connection

@@ -121,7 +121,7 @@ class AsyncQueue:
     @property
     def channel(self) -> str:
         """The wake channel (quote it as an identifier to LISTEN)."""
-        return self._core.target.channel
+        return self._core.address.channel
 
     def __repr__(self) -> str:
         return f"<AsyncQueue {self.name!r} schema={self._store.schema!r}>"

@@ -109,7 +109,7 @@ class Queue:
     @property
     def channel(self) -> str:
         """The wake channel (quote it as an identifier to LISTEN)."""
-        return self._core.target.channel
+        return self._core.address.channel
 
     def __repr__(self) -> str:
         return f"<Queue {self.name!r} schema={self._store.schema!r}>"

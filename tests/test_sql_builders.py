@@ -1,4 +1,4 @@
-"""The statement builders (alkstore_sa/sql): Core expressions, no I/O, values bound.
+"""The statement builders (alkstore_sa/_sql): Core expressions, no I/O, values bound.
 
 Each builder is compiled with the PostgreSQL dialect and no engine while
 every way to open a connection is made to fail; the SQL text must carry no
@@ -20,8 +20,8 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ClauseElement
 
 from alkstore_sa._job import LIVE_COLUMNS
+from alkstore_sa._sql import claim, enqueue, handle, queue
 from alkstore_sa.schema import jobs
-from alkstore_sa.sql import claim, enqueue, handle, queue
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
 
@@ -37,7 +37,7 @@ ENQUEUE_STAMPS = {
     "p_channel",
 }
 
-# The parameters each builder expects from its caller (ops.py), by name.
+# The parameters each builder expects from its caller (_ops.py), by name.
 EXPECTED: dict[str, set[str]] = {
     "claim.claim": {"p_queue", "p_worker_id", "p_n"},
     "enqueue.enqueue": {*ENQUEUE_STAMPS, "p_payloads"},

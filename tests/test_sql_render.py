@@ -1,7 +1,7 @@
 """SPEC "Shape": the pre-rendered hot path sends exactly what ``Connection.execute`` would.
 
 ``ops`` runs each Core statement as its text rendered once per dialect and
-schema (``alkstore_sa.sql._render``).  Here every builder is executed both
+schema (``alkstore_sa._sql._render``).  Here every builder is executed both
 ways on a real connection and the SQL and parameters the driver receives
 (``before_cursor_execute``) are compared: same text (bar psycopg's binary
 marker on array parameters), same bound values, nothing pasted in.
@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DBAPIError
 
-from alkstore_sa.sql._render import rendered
+from alkstore_sa._sql._render import rendered
 
 from .test_sql_builders import BUILDERS
 

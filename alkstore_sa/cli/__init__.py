@@ -15,11 +15,11 @@ from sqlalchemy.exc import DBAPIError
 
 from .._errors import InvalidNameError, SchemaMissingError
 from ..schema import DEFAULT_SCHEMA
-from ._db import SCHEMA_VAR, CliError, Target, resolve_schema, resolve_url
+from ._db import SCHEMA_VAR, CliError, Database, resolve_schema, resolve_url
 
 __all__ = ["build_parser", "main"]
 
-Command = Callable[[argparse.Namespace, Target, str], int]
+Command = Callable[[argparse.Namespace, Database, str], int]
 
 
 def _positive_int(text: str) -> int:
@@ -203,9 +203,9 @@ def run(argv: Sequence[str] | None = None) -> int:
             from ._demo import cmd_demo
 
             return cmd_demo(args, resolve_url(url_option, required=False), schema)
-        target = resolve_url(url_option)
-        assert target is not None  # required=True raises instead of returning None
-        return _command(args.command)(args, target, schema)
+        database = resolve_url(url_option)
+        assert database is not None  # required=True raises instead of returning None
+        return _command(args.command)(args, database, schema)
     except CliError as exc:
         print(f"alkstore: {exc.message}", file=sys.stderr)
         return exc.code

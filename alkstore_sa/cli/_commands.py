@@ -12,7 +12,7 @@ from .. import _validate
 from .._opts import EnqueueOpts, QueueOpts
 from ..schema import DEFAULT_SCHEMA, dead_jobs, jobs
 from ..store import Store
-from ._db import CliError, Target, open_engine
+from ._db import CliError, Database, open_engine
 from ._migrate import migrate
 
 __all__ = ["cmd_enqueue", "cmd_jobs", "cmd_migrate", "cmd_sweep", "queue_counts"]
@@ -27,8 +27,8 @@ def _queue_name(name: str) -> str:
         raise CliError(str(exc), code=2) from None
 
 
-def cmd_migrate(args: argparse.Namespace, target: Target, schema: str) -> int:
-    with open_engine(target) as engine:
+def cmd_migrate(args: argparse.Namespace, database: Database, schema: str) -> int:
+    with open_engine(database) as engine:
         before, after = migrate(engine, schema)
     now = ", ".join(after) or "none"
     if before == after:
@@ -51,7 +51,7 @@ def _payload(args: argparse.Namespace) -> bytes:
         raise CliError(f"cannot read --payload-file {path!r}: {exc.strerror}", code=2) from None
 
 
-def cmd_enqueue(args: argparse.Namespace, target: Target, schema: str) -> int:
+def cmd_enqueue(args: argparse.Namespace, database: Database, schema: str) -> int:
     name = _queue_name(args.queue)
     payload = _payload(args)
     try:
@@ -63,7 +63,7 @@ def cmd_enqueue(args: argparse.Namespace, target: Target, schema: str) -> int:
         )
     except (TypeError, ValueError) as exc:
         raise CliError(str(exc), code=2) from None
-    with open_engine(target) as engine, Store(engine, schema=schema) as store:
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
         job_id = store.queue(name).enqueue(payload, opts)
     print(job_id)
     return 0
@@ -90,11 +90,11 @@ def queue_counts(conn: Connection, queue: str | None) -> dict[str, dict[str, int
     return dict(sorted(counts.items()))
 
 
-def cmd_jobs(args: argparse.Namespace, target: Target, schema: str) -> int:
+def cmd_jobs(args: argparse.Namespace, database: Database, schema: str) -> int:
     from .._connect import schema_errors
 
     queue = None if args.queue is None else _queue_name(args.queue)
-    with open_engine(target) as engine, engine.connect() as conn, schema_errors(schema):
+    with open_engine(database) as engine, engine.connect() as conn, schema_errors(schema):
         mapped = conn.execution_options(schema_translate_map={DEFAULT_SCHEMA: schema})
         counts = queue_counts(mapped, queue)
     if args.json:
@@ -110,13 +110,13 @@ def cmd_jobs(args: argparse.Namespace, target: Target, schema: str) -> int:
     return 0
 
 
-def cmd_sweep(args: argparse.Namespace, target: Target, schema: str) -> int:
+def cmd_sweep(args: argparse.Namespace, database: Database, schema: str) -> int:
     name = _queue_name(args.queue)
     try:
         opts = QueueOpts(dead_letter_retention=args.retention)
     except (TypeError, ValueError) as exc:
         raise CliError(str(exc), code=2) from None
-    with open_engine(target) as engine, Store(engine, schema=schema) as store:
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
         result = store.queue(name, opts).sweep_expired()
     print(f"expired {result.expired}, purged {result.purged}")
     return 0

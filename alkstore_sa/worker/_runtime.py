@@ -221,7 +221,7 @@ class Runtime:
         )
         self.listeners = []
         for members in groups.values():
-            by_channel = {qs.core.target.channel: qs for qs in members}
+            by_channel = {qs.core.address.channel: qs for qs in members}
 
             def wake(channel: str, by_channel: dict[str, QueueState] = by_channel) -> None:
                 qs = by_channel.get(channel)

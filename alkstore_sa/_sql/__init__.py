@@ -2,7 +2,7 @@
 
 Values always travel as bound parameters.  The statements are built once
 (``functools.cache``); ``_render`` turns each into its SQL text once per
-dialect and schema for ``ops`` to execute.
+dialect and schema for ``_ops`` to execute.
 """
 
 from . import claim, enqueue, handle, queue
