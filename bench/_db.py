@@ -67,13 +67,10 @@ def open_database() -> Database:
 def migrate(db: Database) -> None:
     """Install alkstore_sa's tables the way a user does: its Alembic revisions."""
     from alembic import command
-    from alembic.config import Config
 
-    cfg = Config()
-    cfg.set_main_option("script_location", "alkstore_sa:migrations")
-    rendered = db.sa_url().render_as_string(hide_password=False)
-    cfg.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))
-    command.upgrade(cfg, "head")
+    from alkstore_sa.migrations._config import alembic_config
+
+    command.upgrade(alembic_config(url=db.sa_url()), "head")
 
 
 def server_facts(db: Database) -> dict[str, str]:

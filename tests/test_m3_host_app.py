@@ -18,7 +18,9 @@ from pathlib import Path
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL, create_engine, text
 
-from .conftest import ROOT, alembic_config
+from alkstore_sa.migrations._config import alembic_config
+
+from .conftest import ROOT
 
 DOC = ROOT / "docs" / "migrations.md"
 BIN = Path(sys.executable).parent
@@ -125,7 +127,7 @@ def test_m3_host_environment_runs_both_branches_and_autogenerate_leaves_ours(
     # The host's own version table tracks both heads; ours is not made here.
     assert ("public", "alembic_version") in found
     assert ("alkstore", "alkstore_alembic_version") not in found
-    ours = ScriptDirectory.from_config(alembic_config(blank_database)).get_heads()
+    ours = ScriptDirectory.from_config(alembic_config(url=blank_database)).get_heads()
     assert ours[0] in run("alembic current", tmp_path, blank_database).stdout
 
     revisions = {p.name: p.read_text() for p in (tmp_path / "migrations/versions").glob("*.py")}

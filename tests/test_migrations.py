@@ -18,16 +18,19 @@ from typing import Any
 import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Connection, Engine, create_engine, text
 from sqlalchemy.schema import CreateSchema
 
+import alkstore_sa.migrations
 from alkstore_sa import InvalidNameError, Store
 from alkstore_sa.migrations import VERSION_TABLE
+from alkstore_sa.migrations._config import alembic_config
 from alkstore_sa.schema import DEFAULT_SCHEMA, metadata
 
-from .conftest import ROOT, alembic_config
+from .conftest import ROOT
 
 BIN = Path(sys.executable).parent
 # What the version table leaves behind when it stays: itself, its primary key
@@ -128,7 +131,7 @@ def test_m1_upgrade_downgrade_upgrade_from_repo_root(blank_database: URL) -> Non
     assert {("table", "jobs"), ("table", "dead_jobs"), ("sequence", "jobs_id_seq")} <= made
     assert ("index", "jobs_claim_ix") in made
     assert all(schema == DEFAULT_SCHEMA for schema, _, _ in installed)
-    heads = ScriptDirectory.from_config(alembic_config(blank_database)).get_heads()
+    heads = ScriptDirectory.from_config(alembic_config(url=blank_database)).get_heads()
     assert ok(alembic_cli("current", env=env)).stdout.split()[0] == heads[0]
 
     ok(alembic_cli("downgrade", "base", env=env))
@@ -141,6 +144,17 @@ def test_m1_upgrade_downgrade_upgrade_from_repo_root(blank_database: URL) -> Non
 
     ok(alembic_cli("upgrade", "head", env=env))
     assert objects(blank_database) - before == installed
+
+
+def test_m1_alembic_ini_runs_the_packages_own_environment() -> None:
+    """The repository's alembic.ini and alembic_config() (the CLI's, the bench's and
+    this suite's) name the same environment: the package's, with no copy of it."""
+    package_dir = Path(alkstore_sa.migrations.__file__).parent
+    from_ini = ScriptDirectory.from_config(Config(str(ROOT / "alembic.ini")))
+    from_code = ScriptDirectory.from_config(alembic_config())
+    assert Path(from_ini.dir).resolve() == Path(from_code.dir).resolve() == package_dir
+    assert from_ini.get_heads() == from_code.get_heads()
+    assert from_code.get_revision("alkstore@head") is not None  # the branch label
 
 
 # --- M2 ----------------------------------------------------------------------
@@ -298,7 +312,7 @@ def test_m4_invalid_schema_name_refused_by_store(engine: Engine, bad: str) -> No
 @pytest.fixture
 def two_schema_url(blank_database: URL) -> URL:
     for schema in ("a", "b"):
-        command.upgrade(alembic_config(blank_database, schema=schema), "head")
+        command.upgrade(alembic_config(url=blank_database, schema=schema), "head")
     return blank_database
 
 

@@ -1,4 +1,4 @@
-"""``alkstore demo``: run the receipts app (examples/receipts.py) and report on it.
+"""``alkstore demo``: run the receipts app (alkstore_sa/demo/receipts.py) and report on it.
 
 The harness around the app: a database (the user's, or a throwaway
 embedded one), the migration, a producer thread placing orders, the Worker on
@@ -9,7 +9,6 @@ progress bar from the database's own counts, and the final table.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import statistics
 import sys
@@ -18,17 +17,16 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 from sqlalchemy import Engine, create_engine, select
 from sqlalchemy.schema import DropSchema
 
+from ..demo.receipts import SHOP_SCHEMA, Customer, ReceiptsApp, customers
 from ..schema import DEFAULT_SCHEMA, dead_jobs
 from ..store import Store
+from ..worker import Worker
 from ._commands import queue_counts
-from ._db import CliError, Database, open_engine
+from ._db import Database, open_engine
 from ._embedded import throwaway_postgres
 from ._migrate import migrate
 from ._progress import Progress
@@ -37,28 +35,12 @@ __all__ = ["cmd_demo"]
 
 # The demo's own schemas, so it never touches a real store in the same database.
 DEMO_SCHEMA = "alkstore_demo"
-APP_PATH = Path(__file__).resolve().parents[2] / "examples" / "receipts.py"
 POLL = 0.05  # how often the monitor reads the counts (and redraws)
 # Orders arrive like web requests: a few at once. With one producer the demo
 # would measure commit fsync latency, not the queue.
 PRODUCERS = 4
 
 log = logging.getLogger("alkstore.demo")
-
-
-def _load_app() -> ModuleType:
-    if not APP_PATH.is_file():
-        raise CliError(
-            f"the demo app is not at {APP_PATH}: `alkstore demo` runs from a source "
-            "checkout (pip install -e .)",
-            code=2,
-        )
-    spec = importlib.util.spec_from_file_location("alkstore_demo_receipts", APP_PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass
@@ -81,9 +63,9 @@ class Run:
     waiting: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(1))
 
 
-def _produce(app: Any, customers: list[Any], run: Run, worker: Any) -> None:
+def _produce(app: ReceiptsApp, shoppers: list[Customer], run: Run, worker: Worker) -> None:
     try:
-        for customer in customers:
+        for customer in shoppers:
             while not run.waiting.acquire(timeout=0.1):
                 if run.stop.is_set():
                     return
@@ -108,7 +90,7 @@ def _counts(engine: Engine) -> dict[str, int]:
         return queue_counts(mapped, "receipts")["receipts"]
 
 
-def _monitor(app: Any, engine: Engine, run: Run, worker: Any, deadline: float) -> None:
+def _monitor(app: ReceiptsApp, engine: Engine, run: Run, worker: Worker, deadline: float) -> None:
     progress = Progress("receipts", run.total, sys.stderr)
     try:
         while not run.stop.is_set():
@@ -150,7 +132,7 @@ def _table(rows: list[tuple[str, str]]) -> str:
     return "\n".join(f"  {k:<{width}}  {v}" for k, v in rows)
 
 
-def _report(app: Any, engine: Engine, run: Run, concurrency: int) -> tuple[str, bool]:
+def _report(app: ReceiptsApp, engine: Engine, run: Run, concurrency: int) -> tuple[str, bool]:
     counts = _counts(engine)
     sent = app.orders_sent()
     end = run.drained_at or time.perf_counter()
@@ -222,37 +204,36 @@ def cmd_demo(args: argparse.Namespace, database: Database | None, schema: str) -
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    app_module = _load_app()
     with ExitStack() as stack:
         db, throwaway = stack.enter_context(_database(database))
         with open_engine(db) as probe:
             if not throwaway:  # a leftover from an interrupted run would skew the counts
-                _drop_demo_schemas(probe, app_module.SHOP_SCHEMA)
+                _drop_demo_schemas(probe, SHOP_SCHEMA)
             migrate(probe, DEMO_SCHEMA)
         # Handlers each hold a session; plus the producer, the monitor, the listener.
         pool_size = args.concurrency + PRODUCERS + 4  # + monitor, listener, claims
         engine = create_engine(db.url, pool_size=pool_size, max_overflow=4)
         stack.callback(engine.dispose)
         if not throwaway:
-            stack.callback(_drop_demo_schemas, engine, app_module.SHOP_SCHEMA)
+            stack.callback(_drop_demo_schemas, engine, SHOP_SCHEMA)
         store = stack.enter_context(Store(engine, schema=DEMO_SCHEMA))
-        app = app_module.ReceiptsApp(engine, store)
+        app = ReceiptsApp(engine, store)
         app.create_tables()
-        return _drive(app, app_module, engine, args)
+        return _drive(app, engine, args)
     raise AssertionError("unreachable")  # ExitStack does not swallow; for mypy
 
 
-def _drive(app: Any, app_module: ModuleType, engine: Engine, args: argparse.Namespace) -> int:
+def _drive(app: ReceiptsApp, engine: Engine, args: argparse.Namespace) -> int:
     worker = app.worker(args.concurrency)
     run = Run(total=args.orders, waiting=threading.Semaphore(max(1, args.concurrency // 2)))
     app.stats.on_first_start = run.waiting.release
     deadline_s = 60.0 + args.orders * 0.02
     run.started_at = time.perf_counter()
-    customers = list(app_module.customers(args.orders))
+    shoppers = list(customers(args.orders))
     threads = [
         threading.Thread(
             target=_produce,
-            args=(app, customers[i::PRODUCERS], run, worker),
+            args=(app, shoppers[i::PRODUCERS], run, worker),
             name=f"demo-producer-{i}",
             daemon=True,
         )
