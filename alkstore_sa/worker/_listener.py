@@ -66,7 +66,7 @@ class Listener:
 
     def __init__(
         self,
-        connect: Callable[[], Awaitable[dict[str, Any]]],
+        connect: Callable[[], Awaitable[dict[str, object]]],
         channels: list[str],
         wake: Callable[[str], None],
         on_listening: Callable[[], None],
@@ -76,7 +76,7 @@ class Listener:
         self._wake = wake
         self._on_listening = on_listening
         self._conn: psycopg.AsyncConnection[Any] | None = None
-        self.connects = 0  # how many times LISTEN was established (for logs/tests)
+        self._established = 0  # how many times LISTEN was established (for the logs)
         self._listening = False
 
     async def run(self) -> None:
@@ -107,9 +107,9 @@ class Listener:
         self._conn = conn
         for channel in self._channels:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        self.connects += 1
+        self._established += 1
         self._listening = True
-        if self.connects > 1:
+        if self._established > 1:
             log.info("listener reconnected; LISTEN on %d channel(s)", len(self._channels))
         else:
             log.debug("listener up; LISTEN on %s", ", ".join(self._channels))
