@@ -62,8 +62,8 @@ class QueuePort(Protocol):
         """Give a held claim back: pending, due now, attempt kept (Q27)."""
         ...
 
-    async def listen_params(self, application_name: str) -> dict[str, object]:
-        """psycopg ``connect()`` arguments for this queue's LISTEN connection."""
+    async def listen_conninfo(self, application_name: str) -> str:
+        """The psycopg connection string of this queue's LISTEN connection."""
         ...
 
     def start(self, handle: HandleCore) -> asyncio.Future[object]:

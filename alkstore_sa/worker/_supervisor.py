@@ -170,7 +170,7 @@ class Supervisor:
                 for qs in members:
                     qs.wake()  # Q26: claim once LISTEN is established
 
-            params = functools.partial(members[0].port.listen_params, application_name)
+            params = functools.partial(members[0].port.listen_conninfo, application_name)
             listeners.append(Listener(params, list(by_channel), wake, listening))
         return listeners
 

@@ -25,7 +25,7 @@ from .._core import Call, HandleCore, QueueCore
 from .._job import Job
 from ..store import Queue, Store, queue_parts, run_call
 from ._handlers import HandlerSpec, returned_awaitable
-from ._listener import listen_params
+from ._listener import listen_conninfo
 from ._port import ClaimKey
 from ._state import QueueBinding
 from ._threads import Lane, RunLanes
@@ -175,8 +175,8 @@ class SyncQueuePort:
     async def release(self, claim: ClaimKey) -> bool:
         return await self._backend.run(self._store, self._core.release(*claim))
 
-    async def listen_params(self, application_name: str) -> dict[str, object]:
-        call = functools.partial(listen_params, application_name=application_name)
+    async def listen_conninfo(self, application_name: str) -> str:
+        call = functools.partial(listen_conninfo, application_name=application_name)
         return await self._backend.run(self._store, call)
 
     def start(self, handle: HandleCore) -> asyncio.Future[object]:
