@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,8 +18,8 @@ from .._core import HandleCore, QueueCore
 from .._job import Job
 from ..aio import AsyncQueue, AsyncStore, queue_parts, run_call
 from ._handlers import HandlerSpec
-from ._listener import listen_conninfo
-from ._port import ClaimKey
+from ._listener import listen, listen_conninfo
+from ._port import ClaimKey, QueuePort
 from ._state import QueueBinding
 from ._threads import RunLanes
 
@@ -35,6 +35,17 @@ class AsyncBackend:
     def bind(self, queue: AsyncQueue, handler: HandlerSpec) -> QueueBinding:
         store, core = queue_parts(queue)
         return QueueBinding(core, handler, AsyncQueuePort(self, store, core, handler))
+
+    async def listen(
+        self,
+        port: QueuePort,
+        application_name: str,
+        channels: Sequence[str],
+        wake: Callable[[str], None],
+        on_listening: Callable[[], None],
+    ) -> None:
+        conninfo = functools.partial(port.listen_conninfo, application_name)
+        await listen(conninfo, channels, wake, on_listening)
 
     def close(self) -> None:
         self.lanes.close(db_wait=0.0)

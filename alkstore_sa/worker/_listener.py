@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -29,7 +29,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from sqlalchemy import Connection
 
-__all__ = ["Listener", "listen_conninfo"]
+__all__ = ["Listener", "listen", "listen_conninfo"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
@@ -122,3 +122,13 @@ class Listener:
                 await conn.close()
             except Exception:  # already broken: nothing to tidy
                 log.debug("listener close failed", exc_info=True)
+
+
+async def listen(
+    conninfo: Callable[[], Awaitable[str]],
+    channels: Sequence[str],
+    wake: Callable[[str], None],
+    on_listening: Callable[[], None],
+) -> None:
+    """Run a ``Listener`` until cancelled (what both real backends' ``listen`` does)."""
+    await Listener(conninfo, list(channels), wake, on_listening).run()

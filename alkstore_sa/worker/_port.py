@@ -17,7 +17,7 @@ claim lapse), so a port never needs to hide errors.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Protocol
 
 from .._core import HandleCore
@@ -81,5 +81,21 @@ class QueuePort(Protocol):
 
 class Backend(Protocol):
     """What a run's ports share; closed once when the run ends."""
+
+    async def listen(
+        self,
+        port: QueuePort,
+        application_name: str,
+        channels: Sequence[str],
+        wake: Callable[[str], None],
+        on_listening: Callable[[], None],
+    ) -> None:
+        """LISTEN on ``channels`` where ``port``'s database is, until cancelled.
+
+        ``wake(channel)`` for each notification; ``on_listening()`` each time
+        LISTEN is (re)established, since notifications sent while it was
+        down are lost.
+        """
+        ...
 
     def close(self) -> None: ...

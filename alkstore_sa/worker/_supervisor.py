@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import signal
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Sequence
 from types import FrameType
 
 from . import _shutdown
 from ._completer import Completer
 from ._executor import Executor
 from ._heartbeats import Heartbeats
-from ._listener import Listener
 from ._port import Backend
 from ._producer import Producer
 from ._state import QueueBinding, QueueState, RunState, Settings
@@ -95,8 +93,8 @@ class Supervisor:
             loop.create_task(heartbeats.run(), name="alkstore-heartbeat"),
         ]
         listeners = [
-            loop.create_task(listener.run(), name="alkstore-listener")
-            for listener in self._listeners(run)
+            loop.create_task(listening, name="alkstore-listener")
+            for listening in self._listeners(run, backend)
         ]
         producers = [
             loop.create_task(Producer(run, qs, executor).run(), name=f"alkstore-producer-{qs.name}")
@@ -151,7 +149,7 @@ class Supervisor:
             return error
         return None
 
-    def _listeners(self, run: RunState) -> list[Listener]:
+    def _listeners(self, run: RunState, backend: Backend) -> list[Coroutine[None, None, None]]:
         """One listener per group of ports (per engine, normally exactly one)."""
         groups: dict[Hashable, list[QueueState]] = {}
         for qs in run.queues:
@@ -170,8 +168,9 @@ class Supervisor:
                 for qs in members:
                     qs.wake()  # Q26: claim once LISTEN is established
 
-            params = functools.partial(members[0].port.listen_conninfo, application_name)
-            listeners.append(Listener(params, list(by_channel), wake, listening))
+            listeners.append(
+                backend.listen(members[0].port, application_name, list(by_channel), wake, listening)
+            )
         return listeners
 
     def _install_signals(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
