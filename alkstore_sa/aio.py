@@ -119,6 +119,11 @@ class AsyncQueue:
         return self._core.opts
 
     @property
+    def store(self) -> AsyncStore:
+        """The store this handle belongs to."""
+        return self._store
+
+    @property
     def channel(self) -> str:
         """The wake channel (quote it as an identifier to LISTEN)."""
         return self._core.address.channel
@@ -216,3 +221,16 @@ class AsyncJobHandle:
         self._store._life.check_open()
         call = self._core.heartbeat(extend)
         return False if call is None else await self._store._run(call)
+
+
+# -- for the worker's backend: the store's own way of running an operation -----
+
+
+async def run_call(store: AsyncStore, call: Call[T], session: AsyncSessionLike | None = None) -> T:
+    """Run ``call`` exactly as ``store``'s own methods do (lifecycle, errors, connection)."""
+    return await store._run(call, session)
+
+
+def queue_parts(queue: AsyncQueue) -> tuple[AsyncStore, QueueCore]:
+    """The store behind ``queue`` and its I/O-free core (validated name, options, address)."""
+    return queue._store, queue._core

@@ -107,6 +107,11 @@ class Queue:
         return self._core.opts
 
     @property
+    def store(self) -> Store:
+        """The store this handle belongs to."""
+        return self._store
+
+    @property
     def channel(self) -> str:
         """The wake channel (quote it as an identifier to LISTEN)."""
         return self._core.address.channel
@@ -201,3 +206,16 @@ class JobHandle:
         self._store._life.check_open()
         call = self._core.heartbeat(extend)
         return False if call is None else self._store._run(call)
+
+
+# -- for the worker's backend: the store's own way of running an operation -----
+
+
+def run_call(store: Store, call: Call[T], session: SyncSession | None = None) -> T:
+    """Run ``call`` exactly as ``store``'s own methods do (lifecycle, errors, connection)."""
+    return store._run(call, session)
+
+
+def queue_parts(queue: Queue) -> tuple[Store, QueueCore]:
+    """The store behind ``queue`` and its I/O-free core (validated name, options, address)."""
+    return queue._store, queue._core

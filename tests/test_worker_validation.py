@@ -41,9 +41,9 @@ async def ascoped(job: Job, session: Any) -> None: ...
 
 
 def test_worker_accepts_plain_and_session_handlers(sq: Any) -> None:
-    other = sq._store.queue("other")
+    other = sq.store.queue("other")
     worker = Worker({sq: plain, other: scoped}, concurrency=2, poll_interval=0.5)
-    assert [s.handler.wants_session for s in worker._specs] == [False, True]
+    assert [spec.wants_session for _, spec in worker._queues] == [False, True]
     assert worker.worker_id.count(":") == 2  # host:pid:uuid
 
 
@@ -84,13 +84,13 @@ def test_worker_refuses_bad_handlers_and_queues(sq: Any, aq: Any) -> None:
     with pytest.raises(TypeError, match="Queue"):
         Worker({"q": plain})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="twice"):
-        Worker({sq: plain, sq._store.queue("q"): plain})
+        Worker({sq: plain, sq.store.queue("q"): plain})
 
 
 def test_async_worker_takes_async_queues_and_async_session_handlers(sq: Any, aq: Any) -> None:
-    other = aq._store.queue("other")
+    other = aq.store.queue("other")
     worker = AsyncWorker({aq: aplain, other: ascoped})
-    assert [(s.handler.is_async, s.handler.wants_session) for s in worker._specs] == [
+    assert [(spec.is_async, spec.wants_session) for _, spec in worker._queues] == [
         (True, False),
         (True, True),
     ]
@@ -132,8 +132,8 @@ def test_worker_handler_shapes_are_read_from_signatures(sq: Any) -> None:
         "partial": functools.partial(two, extra=1),
         "varargs": lambda *args: None,
     }
-    worker = Worker({sq._store.queue(k): fn for k, fn in shapes.items()})
-    assert [s.handler.wants_session for s in worker._specs] == [False, True, True, False]
+    worker = Worker({sq.store.queue(k): fn for k, fn in shapes.items()})
+    assert [spec.wants_session for _, spec in worker._queues] == [False, True, True, False]
 
 
 def test_worker_runs_once(sq: Any) -> None:

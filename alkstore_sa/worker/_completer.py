@@ -4,7 +4,7 @@ Handlers that return hand their claim here and get a future that says
 whether the ack landed.  One flush runs at a time; whatever piles up during
 it goes out in the next one, so under load many acks share a round trip and
 when idle an ack waits for none.  The acks check ``(id, attempts)``
-(``QueueCore.ack_claims``), so a job that lapsed and was reclaimed elsewhere
+(the claim's identity, Q14), so a job that lapsed and was reclaimed elsewhere
 is never acked by its old claimant.  A flush that fails (database away) is
 retried with backoff; the claims stay heartbeated meanwhile.
 """
@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
 
-from .._core import Call, QueueCore
+from ._port import ClaimKey
+from ._state import QueueState
 
 __all__ = ["Completer"]
 
@@ -25,25 +24,20 @@ log = logging.getLogger("alkstore_sa.worker")
 RETRY_FIRST = 0.1
 RETRY_CAP = 2.0
 
-Runner = Callable[[Any, Call[list[int]]], Awaitable[list[int]]]
-Pending = list[tuple[int, int, "asyncio.Future[bool]"]]
+Pending = dict[QueueState, list[tuple[ClaimKey, "asyncio.Future[bool]"]]]
 
 
 class Completer:
-    def __init__(self, run: Runner) -> None:
-        self._run = run
-        # keyed by queue identity: (store, QueueCore) -> claims waiting for an ack
-        self._pending: dict[tuple[int, int], tuple[Any, QueueCore, Pending]] = {}
+    def __init__(self) -> None:
+        self._pending: Pending = {}  # claims waiting for an ack, per queue
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def ack(self, store: Any, queue: QueueCore, job_id: int, attempts: int) -> asyncio.Future[bool]:
+    def ack(self, qs: QueueState, claim: ClaimKey) -> asyncio.Future[bool]:
         """Queue an ack; the future resolves to whether it was acked."""
         fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        key = (id(store), id(queue))
-        entry = self._pending.setdefault(key, (store, queue, []))
-        entry[2].append((job_id, attempts, fut))
+        self._pending.setdefault(qs, []).append((claim, fut))
         self._idle.clear()
         self._wake.set()
         return fut
@@ -58,9 +52,8 @@ class Completer:
             failed = await self._flush(batch)
             if failed:
                 # Put the failed claims back in front and try again later.
-                for key, (store, queue, items) in failed.items():
-                    entry = self._pending.setdefault(key, (store, queue, []))
-                    entry[2][:0] = items
+                for qs, items in failed.items():
+                    self._pending[qs] = items + self._pending.get(qs, [])
                 self._wake.set()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_CAP)
@@ -69,26 +62,23 @@ class Completer:
             if not self._pending:
                 self._idle.set()
 
-    async def _flush(
-        self, batch: dict[tuple[int, int], tuple[Any, QueueCore, Pending]]
-    ) -> dict[tuple[int, int], tuple[Any, QueueCore, Pending]]:
-        failed: dict[tuple[int, int], tuple[Any, QueueCore, Pending]] = {}
+    async def _flush(self, batch: Pending) -> Pending:
+        failed: Pending = {}
 
-        async def one(key: tuple[int, int], store: Any, queue: QueueCore, items: Pending) -> None:
-            claims = [(job_id, attempts) for job_id, attempts, _ in items]
+        async def one(qs: QueueState, items: list[tuple[ClaimKey, asyncio.Future[bool]]]) -> None:
             try:
-                acked = set(await self._run(store, queue.ack_claims(claims)))
+                acked = set(await qs.port.ack([claim for claim, _ in items]))
             except Exception as exc:
                 log.warning(
-                    "acking %d job(s) of %s failed: %s; will retry", len(items), queue.name, exc
+                    "acking %d job(s) of %s failed: %s; will retry", len(items), qs.name, exc
                 )
-                failed[key] = (store, queue, items)
+                failed[qs] = items
                 return
-            for job_id, _, fut in items:
+            for (job_id, _), fut in items:
                 if not fut.done():
                     fut.set_result(job_id in acked)
 
-        await asyncio.gather(*(one(k, s, q, items) for k, (s, q, items) in batch.items()))
+        await asyncio.gather(*(one(qs, items) for qs, items in batch.items()))
         return failed
 
     async def drain(self, timeout: float) -> bool:
@@ -102,8 +92,8 @@ class Completer:
     def abandon(self) -> int:
         """Resolve what is still queued as not acked (shutdown gave up); returns how many."""
         count = 0
-        for _, _, items in self._pending.values():
-            for _, _, fut in items:
+        for items in self._pending.values():
+            for _, fut in items:
                 if not fut.done():
                     fut.set_result(False)
                     count += 1

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HandlerSpec", "error_text", "inspect_handler"]
+__all__ = ["HandlerSpec", "exception_text", "inspect_handler", "returned_awaitable", "stored_error"]
 
 # PostgreSQL text cannot hold NUL, and a huge traceback-sized message helps
 # nobody in a table column: keep the first 8000 characters.
@@ -76,8 +76,13 @@ def inspect_handler(fn: object, where: str) -> HandlerSpec:
     return HandlerSpec(fn, _is_coroutine_function(fn), wants_session, name)
 
 
-def error_text(error: object) -> str | None:
-    """A handler's error as ``last_error``: a string without NUL, or None."""
+def stored_error(error: object) -> str | None:
+    """The error a handler gave (``FailJob``/``RetryJob``) as ``last_error``.
+
+    Unlike the handle methods' ``error`` argument, which must be a string, a
+    handler may raise with any object: it is stored as its ``str()``, NULs
+    dropped, cut to ``MAX_ERROR_CHARS``.
+    """
     if error is None:
         return None
     text = error if isinstance(error, str) else str(error)
@@ -86,5 +91,22 @@ def error_text(error: object) -> str | None:
 
 def exception_text(exc: BaseException) -> str:
     """``str(exc)``, or the exception's type name when that is empty."""
-    text = error_text(str(exc)) or ""
+    text = stored_error(str(exc)) or ""
     return text if text.strip() else type(exc).__name__
+
+
+def returned_awaitable(spec: HandlerSpec, result: object) -> TypeError:
+    """The error for a sync-called handler that returned an awaitable it cannot run.
+
+    An ``async def`` behind a plain sync decorator looks sync to the
+    signature check; its body only runs when awaited, so acking here would
+    record work that never happened.  The coroutine is closed so Python does
+    not warn that it was never awaited.
+    """
+    close = getattr(result, "close", None)
+    if inspect.iscoroutine(result) and callable(close):
+        close()
+    return TypeError(
+        f"handler {spec.name} returned a coroutine ({type(result).__name__}) instead of "
+        "running; async handlers must be run by AsyncWorker"
+    )

@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import make_conninfo
 from sqlalchemy import Connection
 
-__all__ = ["Listener", "listen_params"]
+__all__ = ["Listener", "listen", "listen_conninfo"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
@@ -40,8 +40,8 @@ RECONNECT_CAP = 5.0  # the longest wait between attempts
 LIVENESS_INTERVAL = 30.0
 
 
-def listen_params(conn: Connection, *, application_name: str) -> dict[str, Any]:
-    """psycopg ``connect()`` arguments that reach where ``conn`` (the engine's) went.
+def listen_conninfo(conn: Connection, *, application_name: str) -> str:
+    """A psycopg connection string that reaches where ``conn`` (the engine's) went.
 
     Read off a connection of the engine's own pool: its libpq parameters
     (``info.dsn``, which leaves the password out) and its password.  The
@@ -51,11 +51,8 @@ def listen_params(conn: Connection, *, application_name: str) -> dict[str, Any]:
     on a daemon thread or on the loop), so a stop never waits on a connect.
     """
     info = conn.connection.driver_connection.info  # type: ignore[union-attr]
-    params: dict[str, Any] = conninfo_to_dict(info.dsn)
-    if info.password:
-        params["password"] = info.password
-    params["application_name"] = application_name[:63]
-    return params
+    extra = {"password": info.password} if info.password else {}
+    return make_conninfo(info.dsn, application_name=application_name[:63], **extra)
 
 
 class Listener:
@@ -66,17 +63,17 @@ class Listener:
 
     def __init__(
         self,
-        connect: Callable[[], Awaitable[dict[str, Any]]],
+        conninfo: Callable[[], Awaitable[str]],
         channels: list[str],
         wake: Callable[[str], None],
         on_listening: Callable[[], None],
     ) -> None:
-        self._connect = connect  # the connect() arguments, asked for before each connect
+        self._conninfo = conninfo  # where to connect, asked for before each connect
         self._channels = channels
         self._wake = wake
         self._on_listening = on_listening
         self._conn: psycopg.AsyncConnection[Any] | None = None
-        self.connects = 0  # how many times LISTEN was established (for logs/tests)
+        self._established = 0  # how many times LISTEN was established (for the logs)
         self._listening = False
 
     async def run(self) -> None:
@@ -102,14 +99,13 @@ class Listener:
             delay = min(delay * 2, RECONNECT_CAP)
 
     async def _listen_once(self) -> None:
-        params = await self._connect()
-        conn = await psycopg.AsyncConnection.connect(**params, autocommit=True)
+        conn = await psycopg.AsyncConnection.connect(await self._conninfo(), autocommit=True)
         self._conn = conn
         for channel in self._channels:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        self.connects += 1
+        self._established += 1
         self._listening = True
-        if self.connects > 1:
+        if self._established > 1:
             log.info("listener reconnected; LISTEN on %d channel(s)", len(self._channels))
         else:
             log.debug("listener up; LISTEN on %s", ", ".join(self._channels))
@@ -126,3 +122,13 @@ class Listener:
                 await conn.close()
             except Exception:  # already broken: nothing to tidy
                 log.debug("listener close failed", exc_info=True)
+
+
+async def listen(
+    conninfo: Callable[[], Awaitable[str]],
+    channels: Sequence[str],
+    wake: Callable[[str], None],
+    on_listening: Callable[[], None],
+) -> None:
+    """Run a ``Listener`` until cancelled (what both real backends' ``listen`` does)."""
+    await Listener(conninfo, list(channels), wake, on_listening).run()

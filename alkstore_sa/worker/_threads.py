@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Lane"]
+__all__ = ["Lane", "RunLanes"]
 
 _Work = tuple[Callable[[], Any], "asyncio.Future[Any] | None"] | None
 
@@ -101,3 +101,38 @@ class Lane:
             deadline = time.monotonic() + wait
             for t in self._threads:
                 t.join(max(0.0, deadline - time.monotonic()))
+
+
+class RunLanes:
+    """A run's two shared lanes, made on first use on the running loop.
+
+    ``handlers`` runs sync handlers; ``db`` runs the database calls that
+    have no held-connection lane of their own (heartbeats, retries, fails,
+    releases).  Apart, so a full handler pool never delays a heartbeat.
+    """
+
+    def __init__(self, handler_threads: int, db_threads: int) -> None:
+        self._sizes = (handler_threads, db_threads)
+        self._handlers: Lane | None = None
+        self._db: Lane | None = None
+
+    @property
+    def handlers(self) -> Lane:
+        if self._handlers is None:
+            loop = asyncio.get_running_loop()
+            self._handlers = Lane(loop, self._sizes[0], "alkstore-handler")
+        return self._handlers
+
+    @property
+    def db(self) -> Lane:
+        if self._db is None:
+            self._db = Lane(asyncio.get_running_loop(), self._sizes[1], "alkstore-db")
+        return self._db
+
+    def close(self, db_wait: float) -> None:
+        # A handler past its job timeout or the shutdown grace cannot be
+        # interrupted (Python threads cannot be killed); do not wait for it.
+        if self._handlers is not None:
+            self._handlers.close()
+        if self._db is not None:
+            self._db.close(wait=db_wait)

@@ -1,7 +1,7 @@
 """The public faces: ``Worker`` (blocking) and ``AsyncWorker`` (awaitable).
 
 Both validate everything when built, before touching the database, and
-drive the same asyncio runtime (``_runtime``).
+drive the same asyncio runtime (``_supervisor``) through their own backend.
 """
 
 from __future__ import annotations
@@ -14,14 +14,16 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from .. import _validate as v
 from ..aio import AsyncQueue
 from ..store import Queue
-from ._backend import AsyncBackend, SyncBackend
+from ._async_backend import AsyncBackend
 from ._handlers import HandlerSpec, inspect_handler
-from ._runtime import QueueSpec, Runtime, Settings
+from ._state import Settings
+from ._supervisor import Supervisor
+from ._sync_backend import SyncBackend
 
 __all__ = ["AsyncWorker", "Worker"]
 
@@ -30,6 +32,7 @@ DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 
 Handler = Callable[..., Any]
+Q = TypeVar("Q", Queue, AsyncQueue)
 
 
 def default_worker_id() -> str:
@@ -55,14 +58,15 @@ def _settings(
     )
 
 
-def _specs(
-    handlers: object, queue_type: type, what: str, check: Callable[[HandlerSpec, str], None]
-) -> list[QueueSpec]:
+def _handlers(
+    handlers: object, queue_type: type[Q], what: str, check: Callable[[HandlerSpec, str], None]
+) -> list[tuple[Q, HandlerSpec]]:
+    """Each queue of ``handlers`` with its handler inspected; every mistake raised here."""
     if not isinstance(handlers, Mapping):
         raise TypeError(f"{what} takes a mapping {{queue: handler}}, got {type(handlers).__name__}")
     if not handlers:
         raise ValueError(f"{what} needs at least one queue")
-    specs: list[QueueSpec] = []
+    inspected: list[tuple[Q, HandlerSpec]] = []
     seen: set[tuple[int, str, str]] = set()
     for queue, fn in handlers.items():
         if not isinstance(queue, Queue | AsyncQueue) or not isinstance(queue, queue_type):
@@ -71,29 +75,28 @@ def _specs(
                 f"{'AsyncStore' if queue_type is AsyncQueue else 'Store'}.queue()), "
                 f"got {type(queue).__name__}"
             )
-        store = queue._store
-        key = (id(store.engine), store.schema, queue.name)
+        key = (id(queue.store.engine), queue.store.schema, queue.name)
         if key in seen:
             raise ValueError(f"{what}: queue {queue.name!r} appears twice")
         seen.add(key)
         spec = inspect_handler(fn, f"{what} queue {queue.name!r}")
         check(spec, queue.name)
-        specs.append(QueueSpec(store=store, core=queue._core, handler=spec))
-    return specs
+        inspected.append((queue, spec))
+    return inspected
 
 
 class _Base:
-    _runtime: Runtime
-    _settings: Settings
-    _specs: list[QueueSpec]
+    """What both faces share: the settings, stop(), and running once."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._supervisor = Supervisor(settings)
         self._started = False
         self._run_lock = threading.Lock()
 
     @property
     def worker_id(self) -> str:
-        return self._runtime._settings.worker_id
+        return self._settings.worker_id
 
     def stop(self) -> None:
         """Stop claiming and shut down gracefully (thread-safe, idempotent).
@@ -102,24 +105,24 @@ class _Base:
         acked; a second call releases them at once.  Calling it before
         ``run()`` makes ``run()`` return right after starting.
         """
-        self._runtime.stop()
+        self._supervisor.stop()
 
     def _override_concurrency(self, concurrency: int) -> None:
         """For ``alkstore worker --concurrency``: change it on a worker built elsewhere.
 
-        Only before ``run()``: the runtime is rebuilt with the new settings.
+        Only before ``run()``: the supervisor is rebuilt with the new settings.
         """
         with self._run_lock:
             if self._started:
                 raise RuntimeError("cannot change the concurrency of a running worker")
             n = v.integer(concurrency, "concurrency", minimum=1)
             self._settings = dataclasses.replace(self._settings, concurrency=n)
-            old = self._runtime
-            self._runtime = Runtime(self._specs, self._settings)
+            old = self._supervisor
+            self._supervisor = Supervisor(self._settings)
             # A stop() asked for before still holds (read after the swap, so
-            # one racing with it lands on either runtime and is carried).
+            # one racing with it lands on either supervisor and is carried).
             for _ in range(old.stop_requests):
-                self._runtime.stop()
+                self._supervisor.stop()
 
     def _claim_run(self) -> None:
         with self._run_lock:
@@ -151,7 +154,6 @@ class Worker(_Base):
         worker_id: str | None = None,
         handle_signals: bool = True,
     ) -> None:
-        super().__init__()
 
         def sync_only(spec: HandlerSpec, name: str) -> None:
             if spec.is_async:
@@ -160,22 +162,25 @@ class Worker(_Base):
                     "with AsyncQueues for async handlers"
                 )
 
-        self._specs = _specs(handlers, Queue, "Worker", sync_only)
-        self._settings = _settings(
-            worker_id, concurrency, poll_interval, shutdown_timeout, job_timeout, handle_signals
+        self._queues = _handlers(handlers, Queue, "Worker", sync_only)
+        super().__init__(
+            _settings(
+                worker_id, concurrency, poll_interval, shutdown_timeout, job_timeout, handle_signals
+            )
         )
-        self._runtime = Runtime(self._specs, self._settings)
 
     def run(self) -> None:
         """Block, running jobs, until ``stop()`` or SIGTERM/SIGINT; then return."""
         self._claim_run()
-        threads = self._settings.concurrency * len(self._specs)
+        threads = self._settings.concurrency * len(self._queues)
         # Heartbeats, retries and releases run on their own small pool (claims,
         # and acks when the pool allows, have held-connection lanes of their
         # own) so a full handler pool never delays a heartbeat; small, because
         # each call holds one of the engine's pooled connections while it runs.
-        db_threads = min(16, 2 + 2 * len(self._specs))
-        asyncio.run(self._runtime.run(SyncBackend(threads, db_threads)))
+        db_threads = min(16, 2 + 2 * len(self._queues))
+        backend = SyncBackend(threads, db_threads)
+        bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
+        asyncio.run(self._supervisor.run(bindings, backend))
 
 
 class AsyncWorker(_Base):
@@ -196,7 +201,6 @@ class AsyncWorker(_Base):
         worker_id: str | None = None,
         handle_signals: bool = True,
     ) -> None:
-        super().__init__()
 
         def session_needs_async(spec: HandlerSpec, name: str) -> None:
             if spec.wants_session and not spec.is_async:
@@ -208,14 +212,17 @@ class AsyncWorker(_Base):
                     "use Worker for sync session handlers"
                 )
 
-        self._specs = _specs(handlers, AsyncQueue, "AsyncWorker", session_needs_async)
-        self._settings = _settings(
-            worker_id, concurrency, poll_interval, shutdown_timeout, job_timeout, handle_signals
+        self._queues = _handlers(handlers, AsyncQueue, "AsyncWorker", session_needs_async)
+        super().__init__(
+            _settings(
+                worker_id, concurrency, poll_interval, shutdown_timeout, job_timeout, handle_signals
+            )
         )
-        self._runtime = Runtime(self._specs, self._settings)
 
     async def run(self) -> None:
         """Run jobs until ``stop()`` or SIGTERM/SIGINT; then return."""
         self._claim_run()
-        sync_queues = sum(1 for s in self._specs if not s.handler.is_async)
-        await self._runtime.run(AsyncBackend(self._settings.concurrency * sync_queues))
+        sync_queues = sum(1 for _, spec in self._queues if not spec.is_async)
+        backend = AsyncBackend(self._settings.concurrency * sync_queues)
+        bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
+        await self._supervisor.run(bindings, backend)

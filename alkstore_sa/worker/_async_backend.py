@@ -1,0 +1,120 @@
+"""The ``AsyncWorker``'s backend: queue ports over an ``AsyncStore``.
+
+Database calls are awaited on the loop through the async store, exactly as
+the async API runs them (``aio.run_call``).  Async handlers run as tasks on
+the loop (a session-scoped one with an ``AsyncSession`` whose transaction
+also acks its job, Q28); plain sync ``(job)`` handlers get a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from .._core import HandleCore, QueueCore
+from .._job import Job
+from ..aio import AsyncQueue, AsyncStore, queue_parts, run_call
+from ._handlers import HandlerSpec
+from ._listener import listen, listen_conninfo
+from ._port import ClaimKey, QueuePort
+from ._state import QueueBinding
+from ._threads import RunLanes
+
+__all__ = ["AsyncBackend"]
+
+
+class AsyncBackend:
+    """The thread lane for sync handlers, shared by one run's ports."""
+
+    def __init__(self, handler_threads: int) -> None:
+        self.lanes = RunLanes(handler_threads, 1)
+
+    def bind(self, queue: AsyncQueue, handler: HandlerSpec) -> QueueBinding:
+        store, core = queue_parts(queue)
+        return QueueBinding(core, handler, AsyncQueuePort(self, store, core, handler))
+
+    async def listen(
+        self,
+        port: QueuePort,
+        application_name: str,
+        channels: Sequence[str],
+        wake: Callable[[str], None],
+        on_listening: Callable[[], None],
+    ) -> None:
+        conninfo = functools.partial(port.listen_conninfo, application_name)
+        await listen(conninfo, channels, wake, on_listening)
+
+    def close(self) -> None:
+        self.lanes.close(db_wait=0.0)
+
+
+class AsyncQueuePort:
+    """A ``QueuePort`` over an ``AsyncStore``."""
+
+    def __init__(
+        self, backend: AsyncBackend, store: AsyncStore, core: QueueCore, handler: HandlerSpec
+    ) -> None:
+        self._backend = backend
+        self._store = store
+        self._core = core
+        self._handler = handler
+
+    @property
+    def listen_group(self) -> Hashable:
+        return id(self._store.engine)
+
+    async def claim(self, worker_id: str, n: int) -> list[Job]:
+        call = self._core.claim(worker_id, n)
+        return [] if call is None else await run_call(self._store, call)
+
+    async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
+        return await run_call(self._store, self._core.ack_claims(list(claims)))
+
+    async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
+        return await run_call(self._store, self._core.heartbeat_claims(list(claims)))
+
+    async def retry(self, handle: HandleCore, error: str | None, delay: float | None) -> bool:
+        return await run_call(self._store, handle.retry(error, delay))
+
+    async def fail(self, handle: HandleCore, error: str | None) -> bool:
+        return await run_call(self._store, handle.fail(error))
+
+    async def release(self, claim: ClaimKey) -> bool:
+        return await run_call(self._store, self._core.release(*claim))
+
+    async def listen_conninfo(self, application_name: str) -> str:
+        call = functools.partial(listen_conninfo, application_name=application_name)
+        return await run_call(self._store, call)
+
+    def start(self, handle: HandleCore) -> asyncio.Future[object]:
+        spec = self._handler
+        if spec.is_async:
+            if spec.wants_session:
+                return asyncio.get_running_loop().create_task(
+                    _session_call(self._store, spec, handle)
+                )
+            started: asyncio.Future[object] = asyncio.ensure_future(spec.fn(handle.job))
+            return started
+        # Plain sync handlers are allowed on an AsyncWorker: they get a thread.
+        return self._backend.lanes.handlers.submit(functools.partial(spec.fn, handle.job))
+
+    def follow(self, result: Awaitable[object]) -> asyncio.Future[object]:
+        # Awaited here on the loop (a task, so a timeout or shutdown can cancel
+        # it), never on the handler thread that merely created it.
+        awaited: asyncio.Future[object] = asyncio.ensure_future(result)
+        return awaited
+
+
+async def _session_call(store: AsyncStore, spec: HandlerSpec, handle: HandleCore) -> bool:
+    """Q28: the handler's writes and the ack commit together or not at all."""
+    async with AsyncSession(store.engine) as session:
+        await spec.fn(handle.job, session)
+        acked = await run_call(store, handle.ack(), session)
+        if acked:
+            await session.commit()
+        else:
+            await session.rollback()
+        return acked

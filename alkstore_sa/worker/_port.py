@@ -1,0 +1,101 @@
+"""The seam between the worker runtime and the database: a port per queue.
+
+The runtime (producer, executor, heartbeats, supervisor) never sees a
+store, a connection or a SQL call.  Everything it asks of the database, and
+how a handler is started, goes through the ``QueuePort`` of the queue
+concerned; the run's ``Backend`` owns what the ports share (threads, held
+connections) and is closed when the run ends.  ``_backend.py`` has the real
+ports over ``Store`` and ``AsyncStore``; the tests have an in-memory one
+driven by a virtual clock, so the runtime's timing is tested in
+milliseconds.
+
+Every method but ``start``/``follow`` may raise whatever the database
+raised: the runtime logs it and carries on (retries later, or lets the
+claim lapse), so a port never needs to hide errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Protocol
+
+from .._core import HandleCore
+from .._job import Job
+
+__all__ = ["Backend", "ClaimKey", "QueuePort"]
+
+# A claim's identity: (job id, attempts at the claim).  The job id alone is
+# not enough, since a worker may reclaim its own lapsed job (Q14).
+ClaimKey = tuple[int, int]
+
+
+class QueuePort(Protocol):
+    """What a worker run asks of one queue's database, and how it starts handlers."""
+
+    @property
+    def listen_group(self) -> Hashable:
+        """Ports of one group share a LISTEN connection (one per engine)."""
+        ...
+
+    async def claim(self, worker_id: str, n: int) -> list[Job]:
+        """Claim up to ``n`` due jobs for ``worker_id``, in claim order (Q8-Q12)."""
+        ...
+
+    async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
+        """Ack the claims still held; returns the acked job ids."""
+        ...
+
+    async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
+        """Extend the claims still held by each job's visibility timeout; returns their ids."""
+        ...
+
+    async def retry(self, handle: HandleCore, error: str | None, delay: float | None) -> bool:
+        """Q17/Q18 through ``handle`` (one-shot, Q20); ``delay`` None is the queue's curve."""
+        ...
+
+    async def fail(self, handle: HandleCore, error: str | None) -> bool:
+        """Q19 through ``handle`` (one-shot, Q20)."""
+        ...
+
+    async def release(self, claim: ClaimKey) -> bool:
+        """Give a held claim back: pending, due now, attempt kept (Q27)."""
+        ...
+
+    async def listen_conninfo(self, application_name: str) -> str:
+        """The psycopg connection string of this queue's LISTEN connection."""
+        ...
+
+    def start(self, handle: HandleCore) -> asyncio.Future[object]:
+        """Start the queue's handler on ``handle.job``; the future gets its outcome.
+
+        A session-scoped handler's future resolves to whether its session's
+        ack landed (Q28); a plain handler's to whatever it returned.
+        """
+        ...
+
+    def follow(self, result: Awaitable[object]) -> asyncio.Future[object]:
+        """What to wait for when a handler called as sync returned an awaitable."""
+        ...
+
+
+class Backend(Protocol):
+    """What a run's ports share; closed once when the run ends."""
+
+    async def listen(
+        self,
+        port: QueuePort,
+        application_name: str,
+        channels: Sequence[str],
+        wake: Callable[[str], None],
+        on_listening: Callable[[], None],
+    ) -> None:
+        """LISTEN on ``channels`` where ``port``'s database is, until cancelled.
+
+        ``wake(channel)`` for each notification; ``on_listening()`` each time
+        LISTEN is (re)established, since notifications sent while it was
+        down are lost.
+        """
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,91 @@
+"""The producer: one per queue, claims as many jobs as the queue has free slots.
+
+When it claims (Q26):
+
+- at once on a wake (a notification, the listener coming up) while the
+  queue is believed empty: a new job never waits;
+- for a backlog (the last claim came back full, so wakes add nothing), when
+  every slot is free or once a free slot has waited about one claim round
+  trip (``settle``, a moving average capped at ``SETTLE_CAP``): fast
+  handlers get full claims -- one round trip and one plan per
+  ``concurrency`` jobs -- and slow ones keep busy;
+- on the re-poll timer (``poll_interval``), which covers lost notifications
+  and delayed jobs coming due.
+
+A failed claim is logged and not retried at once: the timer (or a wake)
+tries again, so a database outage is never a busy loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+
+from ._executor import Executor
+from ._state import QueueState, RunState
+
+__all__ = ["SETTLE_CAP", "Producer"]
+
+log = logging.getLogger("alkstore_sa.worker")
+
+SETTLE_CAP = 0.05  # a backlog's free slot never waits longer than this for company
+
+
+class Producer:
+    def __init__(self, run: RunState, qs: QueueState, executor: Executor) -> None:
+        self._run = run
+        self._qs = qs
+        self._executor = executor
+
+    async def run(self) -> None:
+        """Claim until the run stops."""
+        loop = self._run.loop
+        qs = self._qs
+        concurrency = self._run.settings.concurrency
+        poll_interval = self._run.settings.poll_interval
+        next_poll = loop.time() + poll_interval
+        while not self._run.stopping.is_set():
+            now = loop.time()
+            free = concurrency - qs.busy - qs.claiming
+            settle_at = next_poll
+            if free > 0 and not qs.claiming and (qs.woken or qs.backlog):
+                settle_at = qs.free_since + qs.settle
+                prompt = qs.woken and not qs.backlog
+                if prompt or free == concurrency or now >= settle_at:
+                    qs.woken = qs.backlog = False
+                    qs.claiming = free
+                    qs.free_since = math.inf
+                    # Inline, not a task: one claim at a time, and a wake's
+                    # claim goes out in this very loop pass (Q26 latency).
+                    await self._claim(free)
+                    next_poll = loop.time() + poll_interval
+                    continue
+            if next_poll <= now:
+                qs.woken = True  # the re-poll (Q26)
+                next_poll = now + poll_interval
+                continue
+            qs.signal.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(qs.signal.wait(), min(next_poll, settle_at) - now)
+
+    async def _claim(self, n: int) -> None:
+        qs = self._qs
+        loop = self._run.loop
+        started = loop.time()
+        try:
+            jobs = await qs.port.claim(self._run.settings.worker_id, n)
+            took = min(loop.time() - started, SETTLE_CAP)
+            qs.settle += (took - qs.settle) / 4  # a moving average of the claim's round trip
+        except Exception as exc:
+            # Not woken again: the timer (or a wake) retries, no busy loop.
+            log.warning("claim on %s failed: %s", qs.name, exc)
+            jobs = []
+        finally:
+            qs.claiming -= n
+        for job in jobs:
+            self._executor.start(qs, job)
+        if len(jobs) == n:
+            qs.backlog = True  # a full batch: there may be more
+        qs.signal.set()

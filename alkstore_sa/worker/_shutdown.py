@@ -1,0 +1,116 @@
+"""Shutdown: the grace for in-flight handlers, then their jobs given back (Q27).
+
+After a stop no new job is claimed.  Handlers still running get
+``shutdown_timeout`` seconds to finish and have their outcome recorded; a
+second stop ends the grace at once.  Past it, every job still running is
+released (back to pending, due now, the attempt not refunded) so another
+worker takes it without waiting for its lease to lapse; async handlers are
+cancelled, sync ones are abandoned in their threads.  Then the completer's
+acks are flushed.  Each step is bounded: a database that is away cannot
+hold ``run()`` past ``RELEASE_TIMEOUT`` per step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ._completer import Completer
+from ._executor import consume_outcome
+from ._state import QueueState, RunState, Slot
+
+__all__ = ["ABORT_TIMEOUT", "RELEASE_TIMEOUT", "abort", "drain"]
+
+log = logging.getLogger("alkstore_sa.worker")
+
+RELEASE_TIMEOUT = 10.0  # how long shutdown waits for releases and pending acks
+ABORT_TIMEOUT = 5.0  # the same when run() itself is cancelled: the canceller is waiting
+
+
+async def drain(run: RunState, completer: Completer, limit: float = RELEASE_TIMEOUT) -> None:
+    """The grace, the releases, the last acks: everything after a stop."""
+    loop = run.loop
+    deadline = loop.time() + run.settings.shutdown_timeout
+    while not run.abandoning.is_set():
+        left = deadline - loop.time()
+        if left <= 0 or not any(slot.running for slot in run.held()):
+            break
+        run.progress.clear()
+        try:
+            await asyncio.wait_for(run.progress.wait(), left)
+        except TimeoutError:
+            break
+    await _release_running(run, limit)
+    # Outcomes under way (acks, retries) finish; then the acks are flushed.
+    finishing = [t for t in run.jobs if not t.done()]
+    if finishing:
+        await asyncio.wait(finishing, timeout=limit)
+    if not await completer.drain(limit):
+        log.warning(
+            "worker %s: %d ack(s) not flushed at shutdown",
+            run.settings.worker_id,
+            completer.abandon(),
+        )
+
+
+async def abort(run: RunState, completer: Completer) -> None:
+    """Shut down with no grace, bounded by ``ABORT_TIMEOUT`` (run() is being cancelled)."""
+    run.stopping.set()
+    run.abandoning.set()
+    for qs in run.queues:
+        qs.signal.set()
+    # A task of its own: a repeated cancel of run() cannot interrupt the
+    # releases half way; it only stops waiting for them.
+    task = run.loop.create_task(drain(run, completer, ABORT_TIMEOUT))
+    try:
+        await asyncio.wait({task}, timeout=ABORT_TIMEOUT)
+    except asyncio.CancelledError:
+        log.warning("worker %s: cancelled again while releasing its jobs", run.settings.worker_id)
+    if not task.done():
+        task.cancel()
+        log.warning("worker %s: releasing jobs at cancellation timed out", run.settings.worker_id)
+
+
+async def _release_running(run: RunState, limit: float) -> None:
+    """Past the grace: give running jobs back (pending, due now, attempt kept)."""
+    release: list[tuple[QueueState, Slot]] = []
+    handlers: list[asyncio.Future[object]] = []  # async handlers, cancelled here
+    for qs in run.queues:
+        for slot in list(qs.held.values()):
+            if slot.running and not slot.finishing:
+                slot.finishing = True
+                if slot.task is not None:
+                    slot.task.cancel()
+                if slot.fut is not None:
+                    if isinstance(slot.fut, asyncio.Task):
+                        slot.fut.cancel()
+                        handlers.append(slot.fut)
+                    slot.fut.add_done_callback(consume_outcome)
+                release.append((qs, slot))
+    if release:
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(_release(qs, slot) for qs, slot in release)), limit
+            )
+        except TimeoutError:
+            log.warning("releasing %d job(s) at shutdown timed out", len(release))
+    if handlers:
+        # Their cancellation runs (finally blocks included) before run() returns.
+        await asyncio.wait(handlers, timeout=limit)
+
+
+async def _release(qs: QueueState, slot: Slot) -> None:
+    try:
+        if slot.lost:  # nothing of ours left in the database to release
+            return
+        try:
+            released = await qs.port.release(slot.key)
+        except Exception as exc:
+            log.warning("job %d: release at shutdown failed: %s", slot.job.id, exc)
+            return
+        if released:
+            log.warning(
+                "job %d: still running at shutdown; released for other workers", slot.job.id
+            )
+    finally:
+        qs.held.pop(slot.key, None)

@@ -1,0 +1,204 @@
+"""The supervisor: one worker run from start to stop.
+
+``run()`` builds the run's state and its parts -- a producer per queue
+(``_producer``), the executor (``_executor``), heartbeats
+(``_heartbeats``), the completer (``_completer``) and a listener per
+engine (``_listener``) -- watches them, and on ``stop()`` (any thread), a
+signal, or the cancellation of ``run()`` itself, shuts down (``_shutdown``).
+One asyncio program serves both ``Worker`` (which drives it with
+``asyncio.run``) and ``AsyncWorker``; what differs between them is the
+backend behind the queues' ports (``_port``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Callable, Coroutine, Hashable, Sequence
+from types import FrameType
+
+from . import _shutdown
+from ._completer import Completer
+from ._executor import Executor
+from ._heartbeats import Heartbeats
+from ._port import Backend
+from ._producer import Producer
+from ._state import QueueBinding, QueueState, RunState, Settings
+
+__all__ = ["Supervisor"]
+
+log = logging.getLogger("alkstore_sa.worker")
+
+SignalHandler = Callable[[int, FrameType | None], object] | int | None
+
+
+class Supervisor:
+    """Runs a worker once.  ``stop()`` may be called from any thread, before or during ``run()``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        # Reentrant: stop() may run from a signal handler on the thread holding it.
+        self._lock = threading.RLock()
+        self._stops = 0
+        self._run: RunState | None = None  # the run under way, for stop() to reach its loop
+
+    # -- control (any thread) ----------------------------------------------------
+
+    def stop(self) -> None:
+        """Ask the run to stop; a second call skips the rest of the shutdown grace."""
+        with self._lock:
+            self._stops += 1
+            run = self._run
+        if run is not None and not run.loop.is_closed():
+            # RuntimeError: the loop closed in between, so the run is over.
+            with contextlib.suppress(RuntimeError):
+                run.loop.call_soon_threadsafe(self._apply_stop, run)
+
+    @property
+    def stop_requests(self) -> int:
+        """How many times ``stop()`` was called (any thread)."""
+        with self._lock:
+            return self._stops
+
+    def _apply_stop(self, run: RunState) -> None:
+        stops = self.stop_requests
+        if stops >= 1 and not run.stopping.is_set():
+            log.info("worker %s stopping: no new claims", self.settings.worker_id)
+            run.stopping.set()
+            for qs in run.queues:
+                qs.signal.set()
+        if stops >= 2 and not run.abandoning.is_set():
+            log.info("worker %s: second stop, abandoning in-flight jobs", self.settings.worker_id)
+            run.abandoning.set()
+            run.progress.set()
+
+    # -- the run (on its event loop) ----------------------------------------------
+
+    async def run(self, queues: Sequence[QueueBinding], backend: Backend) -> None:
+        """Run until stopped; ``backend`` is closed when the run ends."""
+        loop = asyncio.get_running_loop()
+        run = RunState(self.settings, [QueueState(b) for b in queues], loop)
+        with self._lock:
+            self._run = run
+        self._apply_stop(run)  # a stop() asked for before run()
+        restore = self._install_signals(loop)
+        completer = Completer()
+        heartbeats = Heartbeats(run)
+        executor = Executor(run, heartbeats, completer)
+        background = [
+            loop.create_task(completer.run(), name="alkstore-completer"),
+            loop.create_task(heartbeats.run(), name="alkstore-heartbeat"),
+        ]
+        listeners = [
+            loop.create_task(listening, name="alkstore-listener")
+            for listening in self._listeners(run, backend)
+        ]
+        producers = [
+            loop.create_task(Producer(run, qs, executor).run(), name=f"alkstore-producer-{qs.name}")
+            for qs in run.queues
+        ]
+        log.info(
+            "worker %s started: %s (concurrency %d per queue, poll every %gs)",
+            self.settings.worker_id,
+            ", ".join(qs.name for qs in run.queues),
+            self.settings.concurrency,
+            self.settings.poll_interval,
+        )
+        crashed: BaseException | None = None
+        try:
+            crashed = await self._watch(run, [*producers, *background, *listeners])
+            await asyncio.gather(*producers, return_exceptions=True)
+            await _cancel(listeners)
+            await _shutdown.drain(run, completer)
+        except BaseException:
+            # run() itself was cancelled (or interrupted): no grace, but the
+            # held jobs still go back at once rather than when their leases
+            # lapse, and no handler task outlives run().
+            await _shutdown.abort(run, completer)
+            raise
+        finally:
+            await _cancel(producers + listeners)
+            for task in list(run.jobs):
+                task.cancel()
+            await _cancel(background)
+            restore()
+            with self._lock:
+                self._run = None
+            backend.close()
+        if crashed is not None:
+            raise crashed
+        log.info("worker %s stopped", self.settings.worker_id)
+
+    async def _watch(self, run: RunState, tasks: list[asyncio.Task[None]]) -> BaseException | None:
+        """Wait for the stop; a part that ends first is a bug: stop, and return its error."""
+        stopped = run.loop.create_task(run.stopping.wait())
+        done, _ = await asyncio.wait({stopped, *tasks}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        for task in done - {stopped}:
+            error = None if task.cancelled() else task.exception()
+            if error is None and run.stopping.is_set():
+                continue  # a producer that saw the stop first
+            # A runtime task never ends on its own: stop cleanly and let run()
+            # raise its error rather than idle half-dead.
+            log.error("worker task %s ended unexpectedly", task.get_name(), exc_info=error)
+            self.stop()
+            self._apply_stop(run)
+            return error
+        return None
+
+    def _listeners(self, run: RunState, backend: Backend) -> list[Coroutine[None, None, None]]:
+        """One listener per group of ports (per engine, normally exactly one)."""
+        groups: dict[Hashable, list[QueueState]] = {}
+        for qs in run.queues:
+            groups.setdefault(qs.port.listen_group, []).append(qs)
+        application_name = f"alkstore {self.settings.worker_id}"
+        listeners = []
+        for members in groups.values():
+            by_channel = {qs.binding.core.address.channel: qs for qs in members}
+
+            def wake(channel: str, by_channel: dict[str, QueueState] = by_channel) -> None:
+                qs = by_channel.get(channel)
+                if qs is not None:
+                    qs.wake()
+
+            def listening(members: list[QueueState] = members) -> None:
+                for qs in members:
+                    qs.wake()  # Q26: claim once LISTEN is established
+
+            listeners.append(
+                backend.listen(members[0].port, application_name, list(by_channel), wake, listening)
+            )
+        return listeners
+
+    def _install_signals(self, loop: asyncio.AbstractEventLoop) -> Callable[[], None]:
+        """SIGTERM/SIGINT stop the worker, only when running on the main thread."""
+        if (
+            not self.settings.handle_signals
+            or threading.current_thread() is not threading.main_thread()
+        ):
+            return lambda: None
+        installed: list[tuple[signal.Signals, SignalHandler]] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.getsignal(sig)
+            try:
+                loop.add_signal_handler(sig, self.stop)
+            except (NotImplementedError, RuntimeError, ValueError):  # not supported here
+                continue
+            installed.append((sig, previous))
+
+        def restore() -> None:
+            for sig, previous in installed:
+                loop.remove_signal_handler(sig)
+                if previous is not None:
+                    signal.signal(sig, previous)
+
+        return restore
+
+
+async def _cancel(tasks: list[asyncio.Task[None]]) -> None:
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,219 @@
+"""The ``Worker``'s backend: queue ports over a sync ``Store``, calls on threads.
+
+Each database call runs through the sync store exactly as the sync API runs
+it (``store.run_call``), on a thread, so the event loop never blocks.
+Claims, and acks when the pool is big enough, have a thread of their own
+that keeps one autocommit connection checked out (``_HeldConnections``);
+everything else goes through the run's shared database lane.  Handlers run
+on the run's handler lane; a session-scoped one gets a ``Session`` whose
+transaction also acks its job (Q28).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.orm import Session
+
+from .._core import Call, HandleCore, QueueCore
+from .._job import Job
+from ..store import Queue, Store, queue_parts, run_call
+from ._handlers import HandlerSpec, returned_awaitable
+from ._listener import listen, listen_conninfo
+from ._port import ClaimKey, QueuePort
+from ._state import QueueBinding
+from ._threads import Lane, RunLanes
+
+__all__ = ["SyncBackend"]
+
+log = logging.getLogger("alkstore_sa.worker")
+
+T = TypeVar("T")
+# At the end of a run, how long to wait for DB calls still on their threads.
+DB_CLOSE_WAIT = 10.0
+# Acks hold a connection of their own only when the pool has this many: a
+# small pool (smaller than the handlers' needs) keeps them on the shared
+# lane so session handlers and heartbeats are never starved of connections.
+HOLD_ACKS_MIN_POOL = 6
+
+
+class _HeldConnections:
+    """One autocommit connection per store, kept by one hot-path thread.
+
+    Claims are the hot path (one per wake, one per ``concurrency`` jobs of a
+    backlog): checking a connection out of the pool for each costs an
+    isolation-level switch there and back, plus a ping with
+    ``pool_pre_ping``.  Claims skip locked rows, so this connection never
+    waits on another transaction (acks only wait on a row some other
+    transaction locked, and then only acks wait).  Any error drops it (back
+    to the pool); the next call checks out a fresh one.  Only its thread
+    uses it.
+    """
+
+    def __init__(self) -> None:
+        self._conns: dict[int, Connection] = {}
+
+    def run(self, store: Store, call: Call[T]) -> T:
+        conn = self._conns.get(id(store))
+        if conn is None:
+            conn = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            self._conns[id(store)] = conn
+        try:
+            return run_call(store, call, conn)
+        except BaseException:
+            self._drop(id(store))
+            raise
+
+    def _drop(self, key: int) -> None:
+        conn = self._conns.pop(key, None)
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # already broken: the pool discards it
+                log.debug("closing a held connection failed", exc_info=True)
+
+    def close(self) -> None:
+        for key in list(self._conns):
+            self._drop(key)
+
+
+class _HotLane:
+    """One thread and its held connections: for one kind of hot-path call."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._held = _HeldConnections()
+        self._lane: Lane | None = None
+
+    async def run(self, store: Store, call: Call[T]) -> T:
+        if self._lane is None:
+            self._lane = Lane(asyncio.get_running_loop(), 1, self._name)
+        result: T = await self._lane.submit(functools.partial(self._held.run, store, call))
+        return result
+
+    def close(self) -> None:
+        if self._lane is not None:
+            # The held connections go back to the pool on the lane's thread,
+            # after any call still running there.
+            self._lane.submit_nowait(self._held.close)
+            self._lane.close(wait=DB_CLOSE_WAIT)
+
+
+def _pool_capacity(engine: Engine) -> int:
+    """How many connections ``engine``'s pool can hand out (0: unknown)."""
+    pool = engine.pool
+    size = getattr(pool, "size", None)
+    if not callable(size):
+        return 0
+    overflow = getattr(pool, "_max_overflow", 0)
+    return 1 << 30 if overflow < 0 else int(size()) + max(int(overflow), 0)
+
+
+class SyncBackend:
+    """Threads and held connections shared by one run's ports."""
+
+    def __init__(self, handler_threads: int, db_threads: int) -> None:
+        self.lanes = RunLanes(handler_threads, db_threads)
+        self.claims = _HotLane("alkstore-claim")
+        self.acks = _HotLane("alkstore-ack")
+
+    def bind(self, queue: Queue, handler: HandlerSpec) -> QueueBinding:
+        store, core = queue_parts(queue)
+        return QueueBinding(core, handler, SyncQueuePort(self, store, core, handler))
+
+    async def run(self, store: Store, call: Call[T]) -> T:
+        result: T = await self.lanes.db.submit(functools.partial(run_call, store, call))
+        return result
+
+    async def listen(
+        self,
+        port: QueuePort,
+        application_name: str,
+        channels: Sequence[str],
+        wake: Callable[[str], None],
+        on_listening: Callable[[], None],
+    ) -> None:
+        conninfo = functools.partial(port.listen_conninfo, application_name)
+        await listen(conninfo, channels, wake, on_listening)
+
+    def close(self) -> None:
+        self.lanes.close(db_wait=DB_CLOSE_WAIT)
+        self.claims.close()
+        self.acks.close()
+
+
+class SyncQueuePort:
+    """A ``QueuePort`` over a sync ``Store``."""
+
+    def __init__(
+        self, backend: SyncBackend, store: Store, core: QueueCore, handler: HandlerSpec
+    ) -> None:
+        self._backend = backend
+        self._store = store
+        self._core = core
+        self._handler = handler
+        self._hold_acks = _pool_capacity(store.engine) >= HOLD_ACKS_MIN_POOL
+
+    @property
+    def listen_group(self) -> Hashable:
+        return id(self._store.engine)
+
+    async def claim(self, worker_id: str, n: int) -> list[Job]:
+        call = self._core.claim(worker_id, n)
+        return [] if call is None else await self._backend.claims.run(self._store, call)
+
+    async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
+        call = self._core.ack_claims(list(claims))
+        if self._hold_acks:
+            return await self._backend.acks.run(self._store, call)
+        return await self._backend.run(self._store, call)
+
+    async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
+        return await self._backend.run(self._store, self._core.heartbeat_claims(list(claims)))
+
+    async def retry(self, handle: HandleCore, error: str | None, delay: float | None) -> bool:
+        return await self._backend.run(self._store, handle.retry(error, delay))
+
+    async def fail(self, handle: HandleCore, error: str | None) -> bool:
+        return await self._backend.run(self._store, handle.fail(error))
+
+    async def release(self, claim: ClaimKey) -> bool:
+        return await self._backend.run(self._store, self._core.release(*claim))
+
+    async def listen_conninfo(self, application_name: str) -> str:
+        call = functools.partial(listen_conninfo, application_name=application_name)
+        return await self._backend.run(self._store, call)
+
+    def start(self, handle: HandleCore) -> asyncio.Future[object]:
+        if self._handler.wants_session:
+            fn = functools.partial(_session_call, self._store, self._handler, handle)
+        else:
+            fn = functools.partial(self._handler.fn, handle.job)
+        return self._backend.lanes.handlers.submit(fn)
+
+    def follow(self, result: Awaitable[object]) -> asyncio.Future[object]:
+        # No loop of the handler's own to run it on: a failed attempt, retried.
+        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        fut.set_exception(returned_awaitable(self._handler, result))
+        return fut
+
+
+def _session_call(store: Store, spec: HandlerSpec, handle: HandleCore) -> bool:
+    """Q28: the handler's writes and the ack commit together or not at all."""
+    with Session(store.engine) as session:
+        result = spec.fn(handle.job, session)
+        if inspect.isawaitable(result):
+            # Its body never ran: no ack (the session rolls back on the way out).
+            raise returned_awaitable(spec, result)
+        acked = run_call(store, handle.ack(), session)
+        if acked:
+            session.commit()
+        else:
+            session.rollback()  # the claim was lost: undo the handler's writes
+        return acked
