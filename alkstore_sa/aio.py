@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from . import _connect
 from ._core import Call, HandleCore, QueueCore
+from ._faces import HandleFace, QueueFace
 from ._job import Job, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
 from .schema import DEFAULT_SCHEMA
@@ -59,7 +60,7 @@ class AsyncStore:
     def queue(self, name: str, opts: QueueOpts | None = None) -> AsyncQueue:
         """A handle on queue ``name``; not awaitable: it touches no database (SPEC Q1)."""
         self._life.check_open()
-        return AsyncQueue(self, QueueCore(self.schema, name, opts))
+        return AsyncQueue(self, self._life, QueueCore(self.schema, name, opts))
 
     async def close(self) -> None:
         if self._life.close() and self._owns_engine:
@@ -101,35 +102,10 @@ def _on_session(session: Session, call: Call[T]) -> T:
     return call(connection)
 
 
-class AsyncQueue:
+class AsyncQueue(QueueFace[AsyncStore]):
     """The awaitable twin of ``Queue``."""
 
-    __slots__ = ("_core", "_store")
-
-    def __init__(self, store: AsyncStore, core: QueueCore) -> None:
-        self._store = store
-        self._core = core
-
-    @property
-    def name(self) -> str:
-        return self._core.name
-
-    @property
-    def opts(self) -> QueueOpts:
-        return self._core.opts
-
-    @property
-    def store(self) -> AsyncStore:
-        """The store this handle belongs to."""
-        return self._store
-
-    @property
-    def channel(self) -> str:
-        """The wake channel (quote it as an identifier to LISTEN)."""
-        return self._core.address.channel
-
-    def __repr__(self) -> str:
-        return f"<AsyncQueue {self.name!r} schema={self._store.schema!r}>"
+    __slots__ = ()
 
     async def enqueue(
         self,
@@ -138,7 +114,7 @@ class AsyncQueue:
         *,
         session: AsyncSessionLike | None = None,
     ) -> int:
-        self._store._life.check_open()
+        self._life.check_open()
         return await self._store._run(self._core.enqueue(payload, opts), session)
 
     async def enqueue_many(
@@ -148,7 +124,7 @@ class AsyncQueue:
         *,
         session: AsyncSessionLike | None = None,
     ) -> list[int]:
-        self._store._life.check_open()
+        self._life.check_open()
         return await self._store._run(self._core.enqueue_many(payloads, opts), session)
 
     async def claim_one(self, worker_id: str) -> AsyncJobHandle | None:
@@ -156,69 +132,52 @@ class AsyncQueue:
         return handles[0] if handles else None
 
     async def claim_batch(self, worker_id: str, n: int) -> list[AsyncJobHandle]:
-        self._store._life.check_open()
+        self._life.check_open()
         call = self._core.claim(worker_id, n)
         if call is None:
             return []
         jobs = await self._store._run(call)
-        return [AsyncJobHandle(self._store, HandleCore(self._core, job)) for job in jobs]
+        return [
+            AsyncJobHandle(self._store, self._life, HandleCore(self._core, job)) for job in jobs
+        ]
 
     async def ack_batch(self, job_ids: Iterable[int]) -> int:
-        self._store._life.check_open()
+        self._life.check_open()
         call = self._core.ack_batch(job_ids)
         return 0 if call is None else await self._store._run(call)
 
     async def cancel(self, job_id: int) -> bool:
-        self._store._life.check_open()
+        self._life.check_open()
         return await self._store._run(self._core.cancel(job_id))
 
     async def get_job(self, job_id: int) -> Job | None:
-        self._store._life.check_open()
+        self._life.check_open()
         return await self._store._run(self._core.get_job(job_id))
 
     async def sweep_expired(self) -> SweepResult:
-        self._store._life.check_open()
+        self._life.check_open()
         return await self._store._run(self._core.sweep_expired(), atomic=True)
 
 
-class AsyncJobHandle:
+class AsyncJobHandle(HandleFace[AsyncStore]):
     """The awaitable twin of ``JobHandle``."""
 
-    __slots__ = ("_core", "_store")
-
-    def __init__(self, store: AsyncStore, core: HandleCore) -> None:
-        self._store = store
-        self._core = core
-
-    @property
-    def job(self) -> Job:
-        return self._core.job
-
-    @property
-    def id(self) -> int:
-        return self._core.job.id
-
-    @property
-    def payload(self) -> bytes:
-        return self._core.job.payload
-
-    def __repr__(self) -> str:
-        return f"<AsyncJobHandle job={self.id} attempt={self._core.job.attempts}>"
+    __slots__ = ()
 
     async def ack(self, *, session: AsyncSessionLike | None = None) -> bool:
-        self._store._life.check_open()
+        self._life.check_open()
         return await self._store._run(self._core.ack(), session)
 
     async def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
-        self._store._life.check_open()
+        self._life.check_open()
         return await self._store._run(self._core.retry(error, delay))
 
     async def fail(self, error: str | None = None) -> bool:
-        self._store._life.check_open()
+        self._life.check_open()
         return await self._store._run(self._core.fail(error))
 
     async def heartbeat(self, extend: float | timedelta) -> bool:
-        self._store._life.check_open()
+        self._life.check_open()
         call = self._core.heartbeat(extend)
         return False if call is None else await self._store._run(call)
 

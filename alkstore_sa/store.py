@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from . import _connect
 from ._core import Call, HandleCore, QueueCore
+from ._faces import HandleFace, QueueFace
 from ._job import Job, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
 from .schema import DEFAULT_SCHEMA
@@ -54,7 +55,7 @@ class Store:
     def queue(self, name: str, opts: QueueOpts | None = None) -> Queue:
         """A handle on queue ``name``; validates, touches no database (SPEC Q1)."""
         self._life.check_open()
-        return Queue(self, QueueCore(self.schema, name, opts))
+        return Queue(self, self._life, QueueCore(self.schema, name, opts))
 
     def close(self) -> None:
         if self._life.close() and self._owns_engine:
@@ -89,40 +90,15 @@ class Store:
             )
 
 
-class Queue:
+class Queue(QueueFace[Store]):
     """A queue handle: a name plus the stamps it puts on what it enqueues."""
 
-    __slots__ = ("_core", "_store")
-
-    def __init__(self, store: Store, core: QueueCore) -> None:
-        self._store = store
-        self._core = core
-
-    @property
-    def name(self) -> str:
-        return self._core.name
-
-    @property
-    def opts(self) -> QueueOpts:
-        return self._core.opts
-
-    @property
-    def store(self) -> Store:
-        """The store this handle belongs to."""
-        return self._store
-
-    @property
-    def channel(self) -> str:
-        """The wake channel (quote it as an identifier to LISTEN)."""
-        return self._core.address.channel
-
-    def __repr__(self) -> str:
-        return f"<Queue {self.name!r} schema={self._store.schema!r}>"
+    __slots__ = ()
 
     def enqueue(
         self, payload: bytes, opts: EnqueueOpts | None = None, *, session: SyncSession | None = None
     ) -> int:
-        self._store._life.check_open()
+        self._life.check_open()
         return self._store._run(self._core.enqueue(payload, opts), session)
 
     def enqueue_many(
@@ -132,7 +108,7 @@ class Queue:
         *,
         session: SyncSession | None = None,
     ) -> list[int]:
-        self._store._life.check_open()
+        self._life.check_open()
         return self._store._run(self._core.enqueue_many(payloads, opts), session)
 
     def claim_one(self, worker_id: str) -> JobHandle | None:
@@ -140,70 +116,52 @@ class Queue:
         return handles[0] if handles else None
 
     def claim_batch(self, worker_id: str, n: int) -> list[JobHandle]:
-        self._store._life.check_open()
+        self._life.check_open()
         call = self._core.claim(worker_id, n)
         if call is None:
             return []
         return [
-            JobHandle(self._store, HandleCore(self._core, job)) for job in self._store._run(call)
+            JobHandle(self._store, self._life, HandleCore(self._core, job))
+            for job in self._store._run(call)
         ]
 
     def ack_batch(self, job_ids: Iterable[int]) -> int:
-        self._store._life.check_open()
+        self._life.check_open()
         call = self._core.ack_batch(job_ids)
         return 0 if call is None else self._store._run(call)
 
     def cancel(self, job_id: int) -> bool:
-        self._store._life.check_open()
+        self._life.check_open()
         return self._store._run(self._core.cancel(job_id))
 
     def get_job(self, job_id: int) -> Job | None:
-        self._store._life.check_open()
+        self._life.check_open()
         return self._store._run(self._core.get_job(job_id))
 
     def sweep_expired(self) -> SweepResult:
-        self._store._life.check_open()
+        self._life.check_open()
         return self._store._run(self._core.sweep_expired(), atomic=True)
 
 
-class JobHandle:
+class JobHandle(HandleFace[Store]):
     """One claim of one job. Every op returns ``False`` once the claim is gone."""
 
-    __slots__ = ("_core", "_store")
-
-    def __init__(self, store: Store, core: HandleCore) -> None:
-        self._store = store
-        self._core = core
-
-    @property
-    def job(self) -> Job:
-        return self._core.job
-
-    @property
-    def id(self) -> int:
-        return self._core.job.id
-
-    @property
-    def payload(self) -> bytes:
-        return self._core.job.payload
-
-    def __repr__(self) -> str:
-        return f"<JobHandle job={self.id} attempt={self._core.job.attempts}>"
+    __slots__ = ()
 
     def ack(self, *, session: SyncSession | None = None) -> bool:
-        self._store._life.check_open()
+        self._life.check_open()
         return self._store._run(self._core.ack(), session)
 
     def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
-        self._store._life.check_open()
+        self._life.check_open()
         return self._store._run(self._core.retry(error, delay))
 
     def fail(self, error: str | None = None) -> bool:
-        self._store._life.check_open()
+        self._life.check_open()
         return self._store._run(self._core.fail(error))
 
     def heartbeat(self, extend: float | timedelta) -> bool:
-        self._store._life.check_open()
+        self._life.check_open()
         call = self._core.heartbeat(extend)
         return False if call is None else self._store._run(call)
 
