@@ -36,7 +36,7 @@ def url_for(url: str | URL) -> URL:
 
 
 class Lifecycle:
-    """The open/closed state every store face shares (SPEC Q29)."""
+    """The open/closed state every store face shares (Q29)."""
 
     __slots__ = ("_closed", "schema")
 

@@ -70,7 +70,7 @@ _UNTRANSLATED: dict[str, Any] = {"schema_translate_map": None}
 
 @dataclass(frozen=True, slots=True)
 class Stamps:
-    """An enqueue's options resolved over the queue's stamps (SPEC Q4)."""
+    """An enqueue's options resolved over the queue's stamps (Q4)."""
 
     priority: int
     max_attempts: int
@@ -81,7 +81,7 @@ class Stamps:
 
 
 def resolve_stamps(queue: QueueOpts, job: EnqueueOpts | None) -> Stamps:
-    """SPEC Q4: job options over queue stamps; ``delay`` wins over ``run_at``.
+    """Q4: job options over queue stamps; ``delay`` wins over ``run_at``.
 
     The clock is read in SQL (once per statement), so this resolves only
     what is relative to it: ``delay``/``expires_in`` stay intervals.
@@ -99,7 +99,7 @@ def resolve_stamps(queue: QueueOpts, job: EnqueueOpts | None) -> Stamps:
 
 
 def backoff_bounds(opts: QueueOpts, attempts: int) -> tuple[int, int]:
-    """SPEC Q17: the inclusive integer range a retry delay is drawn from.
+    """Q17: the inclusive integer range a retry delay is drawn from.
 
     ``d = min(retry_cap, retry_base * 2**(k-1))``; range ``[floor(d/2), floor(d)]``.
     """
@@ -143,7 +143,7 @@ class QueueCore:
         return partial(_ops.enqueue, address=self.address, payloads=data, stamps=stamps)
 
     def claim(self, worker_id: object, n: object) -> Call[list[Job]] | None:
-        """``None`` for ``n <= 0``: the face returns ``[]`` and runs no SQL (SPEC Q13)."""
+        """``None`` for ``n <= 0``: the face returns ``[]`` and runs no SQL (Q13)."""
         who = v.worker_id(worker_id)
         if isinstance(n, int) and not isinstance(n, bool) and n <= 0:
             return None  # any n <= 0 means "none", however low (no int4 range check)
@@ -173,7 +173,7 @@ class QueueCore:
         return partial(_ops.heartbeat_held, address=self.address, claims=claims)
 
     def release(self, job_id: int, attempts: int) -> Call[bool]:
-        """Give a held claim back: pending, due now, attempt not refunded (SPEC Q27)."""
+        """Give a held claim back: pending, due now, attempt not refunded (Q27)."""
         return partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
 
     def sweep_expired(self) -> Call[SweepResult]:
@@ -207,7 +207,7 @@ class HandleCore:
             )
 
     def _consuming(self, op: Call[T]) -> Call[T]:
-        """SPEC Q20: the call consumes the handle as it reaches the database."""
+        """Q20: the call consumes the handle as it reaches the database."""
 
         def run(conn: Connection) -> T:
             with self._lock:
@@ -217,7 +217,7 @@ class HandleCore:
                 return op(conn)
             except BaseException:
                 # It returned nothing (a connection cut, a statement error), so
-                # the caller may call again (SPEC Q30): safe, as each terminal
+                # the caller may call again (Q30): safe, as each terminal
                 # statement is guarded by the claim, so repeating one that did
                 # commit finds the claim gone and returns False.
                 with self._lock:
@@ -250,7 +250,7 @@ class HandleCore:
         return self._consuming(partial(_ops.fail, **self._identity(), error=text))
 
     def heartbeat(self, extend: object) -> Call[bool] | None:
-        """``None`` when spent: the face returns ``False`` without SQL (SPEC Q20)."""
+        """``None`` when spent: the face returns ``False`` without SQL (Q20)."""
         seconds = v.duration(extend, "extend")
         if self._spent:
             return None

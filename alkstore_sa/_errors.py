@@ -25,15 +25,15 @@ class AlkstoreError(Exception):
 
 
 class InvalidNameError(AlkstoreError, ValueError):
-    """A queue name, schema name or worker id that the rules refuse (SPEC Q2)."""
+    """A queue name, schema name or worker id that the rules refuse (Q2)."""
 
 
 class StoreClosedError(AlkstoreError):
-    """The store was closed; no queue operation runs after ``close()`` (SPEC Q29)."""
+    """The store was closed; no queue operation runs after ``close()`` (Q29)."""
 
 
 class HandleSpentError(AlkstoreError):
-    """A second terminal operation (ack/retry/fail) on one job handle (SPEC Q20)."""
+    """A second terminal operation (ack/retry/fail) on one job handle (Q20)."""
 
 
 class SchemaMissingError(AlkstoreError):

@@ -50,7 +50,7 @@ def claim(conn: Connection, *, address: QueueAddress, worker_id: str, n: int) ->
     params = {"p_queue": address.queue, "p_worker_id": worker_id, "p_n": n}
     # RETURNING jobs.*: the live columns in table order (pinned by a test).
     jobs = [Job.from_live(row) for row in fetch(conn, address, claim_sql.claim(), params)]
-    # UPDATE ... RETURNING has no order; hand jobs out in claim order (SPEC Q9).
+    # UPDATE ... RETURNING has no order; hand jobs out in claim order (Q9).
     jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
     return jobs
 
@@ -130,7 +130,7 @@ def get_job(conn: Connection, *, address: QueueAddress, job_id: int) -> Job | No
 
 
 def sweep(conn: Connection, *, address: QueueAddress, retention: timedelta | None) -> SweepResult:
-    """SPEC Q12 + Q25, in one transaction when the connection is the store's own."""
+    """Q12 + Q25, in one transaction when the connection is the store's own."""
     queue = {"p_queue": address.queue}
     fetch(conn, address, queue_sql.bury_lapsed(), queue)
     expired = len(fetch(conn, address, queue_sql.bury_expired(), queue))

@@ -1,4 +1,4 @@
-"""Queue stamps and per-job options: validated on construction (SPEC Q3)."""
+"""Queue stamps and per-job options: validated on construction (Q3)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ class EnqueueOpts:
     ``delay`` wins over ``run_at`` (both relative to the enqueue's one clock
     read); ``priority``, ``expires_in`` and ``max_attempts`` override the
     queue's stamps; ``visibility_timeout`` and the retry curve are the queue's
-    alone (SPEC Q4).
+    alone (Q4).
     """
 
     priority: int | None = None

@@ -1,4 +1,4 @@
-"""Argument checks that run before any SQL (SPEC Q2, Q3).
+"""Argument checks that run before any SQL (Q2, Q3).
 
 Every public entry point funnels its arguments through these helpers, so a
 bad value is refused with a clear ``ValueError``/``TypeError`` and the

@@ -58,7 +58,7 @@ class AsyncStore:
         return self._life.closed
 
     def queue(self, name: str, opts: QueueOpts | None = None) -> AsyncQueue:
-        """A handle on queue ``name``; not awaitable: it touches no database (SPEC Q1)."""
+        """A handle on queue ``name``; not awaitable: it touches no database (Q1)."""
         self._life.check_open()
         return AsyncQueue(self, self._life, QueueCore(self.schema, name, opts))
 

@@ -67,7 +67,7 @@ jobs = Table(
         "status = 'pending' OR (worker_id IS NOT NULL AND claim_deadline IS NOT NULL)",
         name="claimed",
     ),
-    # The claim walks this in its ORDER BY (SPEC Q9) and stops at LIMIT.
+    # The claim walks this in its ORDER BY (Q9) and stops at LIMIT.
     Index(
         "jobs_claim_ix",
         "queue",
@@ -76,14 +76,14 @@ jobs = Table(
         "id",
         postgresql_where=text("status = 'pending'"),
     ),
-    # Lapsed claims: reclaimed or dead-lettered before each claim (SPEC Q12).
+    # Lapsed claims: reclaimed or dead-lettered before each claim (Q12).
     Index(
         "jobs_lapse_ix",
         "queue",
         "claim_deadline",
         postgresql_where=text("status = 'processing'"),
     ),
-    # sweep_expired() finds past-expiry rows without a scan (SPEC Q25).
+    # sweep_expired() finds past-expiry rows without a scan (Q25).
     Index(
         "jobs_expiry_ix",
         "queue",
@@ -109,6 +109,6 @@ dead_jobs = Table(
     Column("created_at", _TZ, nullable=False),
     Column("last_error", Text),
     Column("died_at", _TZ, nullable=False),
-    # Retention purges walk this (SPEC Q25).
+    # Retention purges walk this (Q25).
     Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
 )

@@ -53,7 +53,7 @@ class Store:
         return self._life.closed
 
     def queue(self, name: str, opts: QueueOpts | None = None) -> Queue:
-        """A handle on queue ``name``; validates, touches no database (SPEC Q1)."""
+        """A handle on queue ``name``; validates, touches no database (Q1)."""
         self._life.check_open()
         return Queue(self, self._life, QueueCore(self.schema, name, opts))
 

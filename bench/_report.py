@@ -1,4 +1,4 @@
-"""Figures, the targets of issue 6 as ratios in one run, the table and the JSON."""
+"""Figures, the targets as ratios in one run, the table and the JSON."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ PGQ = ["pgqueuer-asyncpg", "pgqueuer-psycopg"]
 
 
 def targets(figs: Figures) -> list[Target]:
-    """Issue 6's targets, each computed from figures of this run only."""
+    """The targets, each computed from figures of this run only."""
     out: list[Target] = []
     f = figs.find
     for n in ("n=10", "n=100"):
@@ -141,7 +141,7 @@ def targets(figs: Figures) -> list[Target]:
 
 
 def references(figs: Figures) -> dict[str, float | None]:
-    """Ratios worth reading beside the targets, but not targets of issue 6."""
+    """Ratios worth reading beside the targets, but not targets."""
     return {
         "D2 Worker c=50 vs pgqueuer-asyncpg (both hold 50 jobs)": _ratio(
             figs.find("D2", "alkstore-c50"), figs.find("D2", "pgqueuer-asyncpg")

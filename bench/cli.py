@@ -1,6 +1,6 @@
 """``python -m bench``: the whole suite in one run against one PostgreSQL.
 
-Cases (issue 6): E1 enqueue one job per transaction; E2 ``enqueue_many`` x
+Cases: E1 enqueue one job per transaction; E2 ``enqueue_many`` x
 1,000; D1 drain by 4 processes with claim_batch(n) + ack_batch at n = 10
 and 100; D2 drain by one ``Worker``; L1 wake latency; S1 = D1 with a big
 backlog of future jobs and dead rows.  Baselines in the same run: raw

@@ -1,4 +1,4 @@
-"""Helpers for the SPEC Q rule tests: raw rows, and moving time with direct SQL.
+"""Helpers for the Q rule tests (docs/semantics.md): raw rows, and moving time with direct SQL.
 
 The rule tests never sleep to let a deadline pass: they move the row's
 timestamps into the past with an UPDATE, which is what the passing of time

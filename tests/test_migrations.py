@@ -1,4 +1,4 @@
-"""SPEC M1, M2, M4 (migrations) and the bad-URL rule, against a real PostgreSQL.
+"""M1, M2, M4 (migrations) and the bad-URL rule, against a real PostgreSQL.
 
 The command-line tests run ``alembic`` as a user would: a subprocess from the
 repository root whose environment holds only ``PATH`` and the variables the

@@ -172,18 +172,18 @@ def test_privileges_worker_role_runs_every_consumer_operation(roles: Roles) -> N
     assert roles.worker._run(core.release(*claim)) is True
     again = {h.id: h for h in q.claim_batch("worker", 2)}
     assert sorted(again) == sorted([retried.id, released.id])
-    assert again[retried.id].retry("again") is True  # attempt 2 of 2: to dead (SPEC Q18)
+    assert again[retried.id].retry("again") is True  # attempt 2 of 2: to dead (Q18)
     assert roles.worker._run(core.ack_claims([(released.id, 2)])) == [released.id]
     for job_id, error in ((retried.id, "again"), (failed.id, "no")):
         job = q.get_job(job_id)
         assert job is not None and job.status == "dead" and job.last_error == error
 
-    # A lapsed last attempt is buried by the next claim (SPEC Q12).
+    # A lapsed last attempt is buried by the next claim (Q12).
     short = roles.app.queue("short", QueueOpts(visibility_timeout=0.05, max_attempts=1))
     lapsed_id = short.enqueue(b"s")
     [h] = roles.worker.queue("short").claim_batch("worker", 1)
     assert h.id == lapsed_id
-    # An expired row is swept, and dead rows purged past their retention (SPEC Q25).
+    # An expired row is swept, and dead rows purged past their retention (Q25).
     roles.app.queue("jobs").enqueue(b"e", EnqueueOpts(expires_in=0.05))
     time.sleep(0.1)
     assert roles.worker.queue("short").claim_batch("worker", 1) == []

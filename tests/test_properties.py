@@ -147,7 +147,7 @@ def test_q17_property_the_cap_of_3600_always_wins(base: int, k: int) -> None:
 
 
 def _name_ok(name: str) -> bool:
-    """SPEC Q2 as worded, independently of the package."""
+    """Q2 as worded, independently of the package."""
     return (
         0 < len(name.encode("utf-8")) <= 63
         and not any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in name)

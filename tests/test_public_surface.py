@@ -17,7 +17,7 @@ from alkstore_sa import (
     Store,
 )
 
-SPEC_NAMES = {
+CONTRACT_NAMES = {
     "Store",
     "AsyncStore",
     "QueueOpts",
@@ -51,7 +51,7 @@ def test_all_is_exactly_the_public_surface() -> None:
 
 
 def test_all_has_every_name_the_spec_promises() -> None:
-    assert set(alkstore_sa.__all__) >= SPEC_NAMES
+    assert set(alkstore_sa.__all__) >= CONTRACT_NAMES
 
 
 def test_package_is_typed() -> None:
@@ -120,6 +120,6 @@ def test_async_worker_takes_the_same_arguments_and_methods_as_worker() -> None:
 
 
 def test_async_store_queue_is_not_awaitable_but_close_is() -> None:
-    # SPEC Q1: queue() touches no database, so it is a plain method on both faces.
+    # Q1: queue() touches no database, so it is a plain method on both faces.
     assert not inspect.iscoroutinefunction(AsyncStore.queue)
     assert inspect.iscoroutinefunction(AsyncStore.close)

@@ -1,4 +1,4 @@
-"""SPEC Q26: LISTEN/NOTIFY wake, the claim after LISTEN, the re-poll, listener recovery."""
+"""Q26: LISTEN/NOTIFY wake, the claim after LISTEN, the re-poll, listener recovery."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC Q27: heartbeats keep a slow job single, graceful stop, the shutdown grace."""
+"""Q27: heartbeats keep a slow job single, graceful stop, the shutdown grace."""
 
 from __future__ import annotations
 

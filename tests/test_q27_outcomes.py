@@ -1,4 +1,4 @@
-"""SPEC Q27: what a worker does with each handler outcome."""
+"""Q27: what a worker does with each handler outcome."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC Q27 with real worker processes: SIGTERM drains and exits 0; SIGKILL loses no job."""
+"""Q27 with real worker processes: SIGTERM drains and exits 0; SIGKILL loses no job."""
 
 from __future__ import annotations
 

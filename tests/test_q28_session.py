@@ -1,4 +1,4 @@
-"""SPEC Q28: a session-scoped handler's writes commit with the ack, or not at all."""
+"""Q28: a session-scoped handler's writes commit with the ack, or not at all."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC Q6: a store's own commit leaves the pooled connection as it found it.
+"""Q6: a store's own commit leaves the pooled connection as it found it.
 
 Without ``session=`` an operation runs in driver autocommit on a connection of
 the caller's engine; the connection must go back to the pool in the engine's

@@ -1,4 +1,4 @@
-"""SPEC Q8-Q13: exactly-once claims, claim order, claimability, lapses, n <= 0."""
+"""Q8-Q13: exactly-once claims, claim order, claimability, lapses, n <= 0."""
 
 from __future__ import annotations
 
@@ -146,7 +146,7 @@ def _at(year: int) -> EnqueueOpts:
 
 
 def _order_fixture(q: Any) -> list[int]:
-    """Enqueue a mix and return the ids in the order SPEC Q9 says they are claimed."""
+    """Enqueue a mix and return the ids in the order Q9 says they are claimed."""
     a = q.enqueue(b"a", _at(2000))  # prio 0, old
     b = q.enqueue(b"b", EnqueueOpts(priority=5))  # prio 5, now
     c = q.enqueue(b"c", EnqueueOpts(priority=5, run_at=datetime(1999, 1, 1, tzinfo=UTC)))

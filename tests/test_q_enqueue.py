@@ -1,4 +1,4 @@
-"""SPEC Q4-Q7: option resolution, payloads, transactions and the wake channel."""
+"""Q4-Q7: option resolution, payloads, transactions and the wake channel."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC Q30: connections killed under a running store.
+"""Q30: connections killed under a running store.
 
 ``pg_terminate_backend`` drops every other connection to the test database,
 which is what a server restart or a network cut looks like to the client.

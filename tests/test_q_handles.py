@@ -1,4 +1,4 @@
-"""SPEC Q14-Q21: job handles -- validity, heartbeat, ack, retry, fail, one-shot, dead rows."""
+"""Q14-Q21: job handles -- validity, heartbeat, ack, retry, fail, one-shot, dead rows."""
 
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def test_q16_ack_in_the_callers_transaction_commits_or_rolls_back_with_the_work(
         assert _side_rows(engine) == ["work"] and live_row(engine, h.id) is None
     else:
         assert _side_rows(engine) == [] and live_row(engine, h.id)["status"] == "processing"
-        with pytest.raises(HandleSpentError):  # SPEC Q20: it reached the database
+        with pytest.raises(HandleSpentError):  # Q20: it reached the database
             h.ack()
 
 

@@ -1,4 +1,4 @@
-"""SPEC Q29: a closed store fails closed; close() is idempotent; stores are context managers."""
+"""Q29: a closed store fails closed; close() is idempotent; stores are context managers."""
 
 from __future__ import annotations
 

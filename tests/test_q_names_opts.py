@@ -1,4 +1,4 @@
-"""SPEC Q1-Q3: queue handles are names, names and options are checked before SQL."""
+"""Q1-Q3: queue handles are names, names and options are checked before SQL."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC Q22-Q25: ack_batch, cancel, get_job, sweep_expired."""
+"""Q22-Q25: ack_batch, cancel, get_job, sweep_expired."""
 
 from __future__ import annotations
 

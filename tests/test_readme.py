@@ -1,4 +1,4 @@
-"""The README's ```python examples run as written (SPEC-backed docs must not rot).
+"""The README's ```python examples run as written (docs that state the contract must not rot).
 
 Blocks fenced ```python are executed in order, each in a fresh namespace, with
 ALKSTORE_DATABASE_URL pointing at a migrated test database; blocks fenced

@@ -1,6 +1,6 @@
-"""SPEC "Shape": the pre-rendered hot path sends exactly what ``Connection.execute`` would.
+"""The pre-rendered hot path sends exactly what ``Connection.execute`` would ("Shape").
 
-``ops`` runs each Core statement as its text rendered once per dialect and
+``_ops`` runs each Core statement as its text rendered once per dialect and
 schema (``alkstore_sa._sql._render``).  Here every builder is executed both
 ways on a real connection and the SQL and parameters the driver receives
 (``before_cursor_execute``) are compared: same text (bar psycopg's binary

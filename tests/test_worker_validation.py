@@ -1,4 +1,4 @@
-"""Workers refuse bad arguments when built, before any SQL (like SPEC Q3)."""
+"""Workers refuse bad arguments when built, before any SQL (like Q3)."""
 
 from __future__ import annotations
 

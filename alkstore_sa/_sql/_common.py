@@ -22,18 +22,18 @@ from sqlalchemy import (
 from ..schema import dead_jobs, jobs
 
 # Deadlines and due times are judged against the statement's own start time
-# (SPEC "Shape"): the same for every row one statement touches, and not the
+# (the "Shape" rules (docs/semantics.md)): the same for every row one statement touches, and not the
 # start of a caller's long transaction.
 NOW: ColumnElement[object] = func.statement_timestamp(type_=DateTime(timezone=True))
 
 # last_error of a job that ran out of attempts, whether its claim lapsed
-# (SPEC Q12) or retry() found none left (SPEC Q18).
+# (Q12) or retry() found none left (Q18).
 MAX_ATTEMPTS_ERROR = "max attempts exceeded"
 DEAD_COPY_COLUMNS = [c.name for c in dead_jobs.c if c.name not in ("last_error", "died_at")]
 
 
 def claim_is_held() -> ColumnElement[bool]:
-    """SPEC Q14: the row is processing, unexpired, and still this claim's.
+    """Q14: the row is processing, unexpired, and still this claim's.
 
     A claim is (job id, attempts at the claim): a reclaim bumps attempts, so
     an older handle of the same worker stops matching.

@@ -1,6 +1,6 @@
 """The claim: one round trip that buries exhausted lapsed rows and hands out jobs.
 
-Shape (SPEC Q8-Q12)::
+Shape (Q8-Q12)::
 
     WITH exhausted_moved AS (DELETE lapsed rows with no attempts left RETURNING *),
          exhausted AS (INSERT INTO dead_jobs SELECT ... FROM exhausted_moved),
@@ -51,7 +51,7 @@ def _this_queue() -> ColumnElement[bool]:
 
 
 def bury_lapsed_exhausted(name: str = "exhausted") -> CTE:
-    """Move this queue's lapsed claims with no attempts left to dead (SPEC Q12)."""
+    """Move this queue's lapsed claims with no attempts left to dead (Q12)."""
     locked_ids: Select[tuple[int]] = (
         select(jobs.c.id)
         .where(

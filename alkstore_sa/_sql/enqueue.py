@@ -50,8 +50,8 @@ def enqueue() -> Select[tuple[int]]:
     ``visibility_timeout`` (interval), ``channel``.
 
     Every time is ``statement_timestamp()``: one clock read per enqueue
-    (SPEC Q4).  The NOTIFY lives in a CTE of the same statement, so it is
-    sent at commit and never for a rolled-back enqueue (SPEC Q7).  Returns
+    (Q4).  The NOTIFY lives in a CTE of the same statement, so it is
+    sent at commit and never for a rolled-back enqueue (Q7).  Returns
     the new ids ascending, which is input order: identity values are drawn
     in the order the ordered SELECT feeds the rows.
     """

@@ -1,6 +1,6 @@
-"""Statements for one claimed job: ack, heartbeat, retry, fail (SPEC Q14-Q19).
+"""Statements for one claimed job: ack, heartbeat, retry, fail (Q14-Q19).
 
-Each is guarded by ``claim_is_held()`` (SPEC Q14) and returns one row per
+Each is guarded by ``claim_is_held()`` (Q14) and returns one row per
 job it touched, so the caller learns ``True``/``False`` from the row count.
 """
 
@@ -46,13 +46,13 @@ FAIL_DEFAULT_ERROR = "failed"
 
 @cache
 def ack() -> ReturningDelete[tuple[int]]:
-    """SPEC Q16: an ack deletes the row."""
+    """Q16: an ack deletes the row."""
     return delete(jobs).where(claim_is_held()).returning(jobs.c.id)
 
 
 @cache
 def heartbeat() -> ReturningUpdate[tuple[int]]:
-    """SPEC Q15: ``claim_deadline = now + :extend`` (absolute, not additive)."""
+    """Q15: ``claim_deadline = now + :extend`` (absolute, not additive)."""
     return (
         update(jobs)
         .where(claim_is_held())
@@ -63,7 +63,7 @@ def heartbeat() -> ReturningUpdate[tuple[int]]:
 
 @cache
 def retry() -> Select[tuple[int]]:
-    """SPEC Q17/Q18: back to pending after ``:delay``, or to dead when exhausted.
+    """Q17/Q18: back to pending after ``:delay``, or to dead when exhausted.
 
     ``:error`` NULL keeps the row's previous ``last_error`` on the pending
     path and reads ``max attempts exceeded`` on the dead path.
@@ -91,13 +91,13 @@ def retry() -> Select[tuple[int]]:
 
 @cache
 def fail() -> Select[tuple[int]]:
-    """SPEC Q19: straight to dead, ``last_error`` = ``:error`` or ``failed``."""
+    """Q19: straight to dead, ``last_error`` = ``:error`` or ``failed``."""
     buried = move_to_dead(claim_is_held(), error_or(FAIL_DEFAULT_ERROR), "buried")
     return select(buried.c.id)
 
 
 def _claims_held() -> ColumnElement[bool]:
-    """SPEC Q14 for many claims at once: ``(id, attempts)`` pairs from two arrays."""
+    """Q14 for many claims at once: ``(id, attempts)`` pairs from two arrays."""
     pairs = (
         func.unnest(
             bindparam("p_job_ids", type_=ARRAY(BigInteger)),
@@ -154,7 +154,7 @@ def heartbeat_held() -> ReturningUpdate[tuple[int]]:
 
 @cache
 def release() -> ReturningUpdate[tuple[int]]:
-    """SPEC Q27: a worker giving up a claim at shutdown: pending, due now.
+    """Q27: a worker giving up a claim at shutdown: pending, due now.
 
     The attempt is not refunded; ``last_error`` is left as it was.
     """

@@ -1,4 +1,4 @@
-"""Queue-wide statements: ack_batch, cancel, get_job, sweep (SPEC Q22-Q25)."""
+"""Queue-wide statements: ack_batch, cancel, get_job, sweep (Q22-Q25)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ EXPIRED_ERROR = "expired"
 
 @cache
 def ack_batch() -> ReturningDelete[tuple[int]]:
-    """SPEC Q22: delete each ``:job_ids`` row this queue still holds unlapsed.
+    """Q22: delete each ``:job_ids`` row this queue still holds unlapsed.
 
     The Q14 predicate without the attempts clause: a batch ack has only ids.
     """
@@ -59,7 +59,7 @@ def ack_batch() -> ReturningDelete[tuple[int]]:
 
 @cache
 def cancel() -> ReturningDelete[tuple[int]]:
-    """SPEC Q23: delete a live row of this queue, whatever its state."""
+    """Q23: delete a live row of this queue, whatever its state."""
     return (
         delete(jobs)
         .where(
@@ -72,7 +72,7 @@ def cancel() -> ReturningDelete[tuple[int]]:
 
 @cache
 def get_job() -> CompoundSelect[Any]:
-    """SPEC Q24: the live row, else the dead one, with its status."""
+    """Q24: the live row, else the dead one, with its status."""
     job_id = bindparam("p_job_id", type_=BigInteger)
     queue = bindparam("p_queue", type_=Text)
     live = select(*jobs.c, null().cast(DateTime(timezone=True)).label("died_at")).where(
@@ -92,14 +92,14 @@ def get_job() -> CompoundSelect[Any]:
 
 @cache
 def bury_lapsed() -> Select[tuple[int]]:
-    """SPEC Q12 for sweep_expired(): exhausted lapsed claims to dead."""
+    """Q12 for sweep_expired(): exhausted lapsed claims to dead."""
     buried = bury_lapsed_exhausted("buried")
     return select(buried.c.id)
 
 
 @cache
 def bury_expired() -> Select[tuple[int]]:
-    """SPEC Q25: every past-expiry row of this queue, pending or processing, to dead."""
+    """Q25: every past-expiry row of this queue, pending or processing, to dead."""
     locked_ids = (
         select(jobs.c.id)
         .where(
@@ -114,7 +114,7 @@ def bury_expired() -> Select[tuple[int]]:
 
 @cache
 def purge_dead() -> ReturningDelete[tuple[int]]:
-    """SPEC Q25: drop this queue's dead rows older than ``:retention``."""
+    """Q25: drop this queue's dead rows older than ``:retention``."""
     return (
         delete(dead_jobs)
         .where(

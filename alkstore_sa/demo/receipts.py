@@ -8,7 +8,7 @@ What it shows, in the order a reader meets it:
   no order that never gets its receipt.
 * ``send_receipt``: a session-scoped handler ``(job, session)``. It marks the
   order sent through the session the worker opened; that write and the job's
-  ack commit together or not at all (SPEC Q28), so a receipt is never marked
+  ack commit together or not at all (Q28), so a receipt is never marked
   sent for a job that will run again, nor run again once marked sent.
 * Trouble, as real mail servers make it: some domains greylist the first
   attempt ("451 try again later": ``RetryJob`` with a short delay), and one

@@ -1,4 +1,4 @@
-"""Workers: LISTEN/NOTIFY-woken consumers that run a handler per job (SPEC Q26-Q28).
+"""Workers: LISTEN/NOTIFY-woken consumers that run a handler per job (Q26-Q28).
 
 ``Worker`` (blocking, sync handlers) and ``AsyncWorker`` (awaitable, async
 handlers) share one asyncio runtime: a listener, a producer per queue, an

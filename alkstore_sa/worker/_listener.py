@@ -4,7 +4,7 @@ It is not taken from the SQLAlchemy pool: a pooled connection would carry
 its LISTEN registrations back into the pool, and ``notifies()`` holds the
 connection for as long as the worker runs.  Each time LISTEN is (re)
 established every queue is woken once, because notifications sent while
-the connection was down are lost (SPEC Q26: a worker claims right after its
+the connection was down are lost (Q26: a worker claims right after its
 LISTEN is established).  When the connection drops it reconnects with a
 capped exponential backoff; meanwhile the producers' re-poll timers keep
 jobs moving.

@@ -136,7 +136,7 @@ class Worker(_Base):
 
     ``handlers`` maps each ``Queue`` to a function ``(job)`` or
     ``(job, session)``; a session-scoped handler gets a ``Session`` whose
-    transaction also acks the job (SPEC Q28).  ``concurrency`` is the number
+    transaction also acks the job (Q28).  ``concurrency`` is the number
     of jobs run at once per queue (each in a thread); ``poll_interval``
     seconds between re-polls; ``shutdown_timeout`` seconds of grace for
     in-flight jobs at stop; ``job_timeout`` (None = no limit) seconds after

@@ -5,7 +5,7 @@ SIGTERM (graceful: ``run()`` returns) or SIGKILL (nothing returns).  Every
 handler run is first logged in ``chaos_runs`` through a separate engine in
 autocommit (so the log survives kills and rollbacks); a session-scoped
 handler then writes its effect to ``chaos_effects`` in the handler's
-session, which commits with the ack or not at all (SPEC Q28).  On a
+session, which commits with the ack or not at all (Q28).  On a
 graceful exit it prints one JSON line with its pool's state.
 """
 

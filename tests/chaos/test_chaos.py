@@ -1,4 +1,4 @@
-"""Chaos: real worker processes, real faults, counted outcomes (issue 7).
+"""Chaos: real worker processes, real faults, counted outcomes.
 
 Guarantees under test (docs/reliability.md):
 - at-least-once execution: every job ends acked or dead, none is lost;
@@ -227,6 +227,6 @@ def test_chaos_long_transaction_holding_a_claimed_row_is_skipped_not_double_clai
     )
     assert blocked == 0  # claims skipped the locked row: nobody ever waited on it
     assert runs_while_held == 0  # not double-claimed while the transaction held it
-    assert ack is False  # the holder's claim had lapsed: its late ack is refused (SPEC Q14)
+    assert ack is False  # the holder's claim had lapsed: its late ack is refused (Q14)
     assert attempts == [2]  # then exactly one run, on the reclaim
     assert out.ok(), out

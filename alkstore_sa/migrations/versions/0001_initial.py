@@ -5,7 +5,7 @@ Revises:
 Create Date: 2026-11-29
 
 Frozen copy of ``alkstore_sa.schema`` as of this revision; a test compares
-the migrated database with the package's MetaData (SPEC M2).
+the migrated database with the package's MetaData (M2).
 """
 
 from __future__ import annotations
