@@ -22,8 +22,8 @@ from sqlalchemy import (
 from ..schema import dead_jobs, jobs
 
 # Deadlines and due times are judged against the statement's own start time
-# (the "Shape" rules (docs/semantics.md)): the same for every row one statement touches, and not the
-# start of a caller's long transaction.
+# ("Shape" in docs/semantics.md): the same for every row one statement
+# touches, and not the start of a caller's long transaction.
 NOW: ColumnElement[object] = func.statement_timestamp(type_=DateTime(timezone=True))
 
 # last_error of a job that ran out of attempts, whether its claim lapsed
