@@ -57,6 +57,7 @@ class FakeDB:
     calls: list[Call] = field(default_factory=list)
     fail_next: dict[str, int] = field(default_factory=dict)  # op -> how many calls fail
     wake: Callable[[str], None] | None = None  # the listener's, once it listens
+    claim_latency: float = 0.0  # how long a claim's round trip takes (virtual seconds)
 
     def now(self) -> float:
         return self.loop.time()
@@ -174,6 +175,7 @@ class FakePort:
         return id(self.db)
 
     async def claim(self, worker_id: str, n: int) -> list[Job]:
+        await asyncio.sleep(self.db.claim_latency)
         return self.db.claim(worker_id, n)
 
     async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:

@@ -95,6 +95,29 @@ def test_q26_a_backlog_is_refilled_in_claims_sized_to_the_free_slots() -> None:
     _run(scenario())
 
 
+def test_q26_a_backlog_slot_waits_about_one_claim_round_trip_for_company() -> None:
+    async def scenario() -> None:
+        db = FakeDB(asyncio.get_running_loop(), claim_latency=0.02)
+        slow = db.enqueue(notify=False)
+        for _ in range(4):
+            db.enqueue(notify=False)
+
+        async def handler(job: Job) -> None:
+            await asyncio.sleep(10.0 if job.id == slow else 1.0)
+
+        sup = Supervisor(settings(concurrency=2, poll_interval=60.0))
+        await run_for(sup, [bind(db, handler)], FakeBackend(listen_after=0.0), stop_at=1.5)
+        # A claim is logged when it reaches the database, 0.02 s after it is
+        # sent.  t=0: a full claim of 2 (a backlog), back at 0.02.  At 1.02 one
+        # slot frees while the slow job holds the other: it waits the moving
+        # average of the claim's round trip (0.002 -> 0.0065 after one 0.02 s
+        # claim), not the 9 s until every slot is free, then claims that one.
+        claims = [(round(c.at, 4), c.args[0]) for c in db.calls if c.op == "claim"]
+        assert claims[:2] == [(0.02, 2), (round(1.02 + 0.0065 + 0.02, 4), 1)]
+
+    _run(scenario())
+
+
 # -- Q15/Q27: heartbeats --------------------------------------------------------------
 
 
