@@ -219,8 +219,8 @@ def cmd_demo(args: argparse.Namespace, database: Database | None, schema: str) -
         store = stack.enter_context(Store(engine, schema=DEMO_SCHEMA))
         app = ReceiptsApp(engine, store)
         app.create_tables()
-        return _drive(app, engine, args)
-    raise AssertionError("unreachable")  # ExitStack does not swallow; for mypy
+        code = _drive(app, engine, args)
+    return code
 
 
 def _drive(app: ReceiptsApp, engine: Engine, args: argparse.Namespace) -> int:
