@@ -5,8 +5,8 @@ What they buy: the *cursor path* of ``_execute.py`` -- a store-owned
 connection's psycopg cursor instead of ``Connection.execute``.  That skips
 SQLAlchemy's per-statement execution context, ``CursorResult`` and autobegin:
 about 75 us of client CPU per statement, a third of an enqueue (E1 client CPU
-279-290 -> 114-127 us, D1 n=10 batch 990 -> 406 us; docs/benchmarks.md,
-"Round 3").  The private members, and why each:
+279-290 -> 166-171 us, a D1 n=10 claim+ack batch 990 -> 406 us;
+docs/benchmarks.md, "Round 3").  The private members, and why each:
 
 ``Connection._has_events``, ``Engine._has_events``, ``Dialect._has_events``
     Set by SQLAlchemy when an event listener of any kind exists.  The cursor
@@ -43,6 +43,12 @@ API, the same SQL and results, only slower -- and ``missing()`` names what
 was not found.  ``pool_capacity`` answers 0 ("unknown") without
 ``_max_overflow``.  Nothing here is looked up again per statement beyond the
 flags SQLAlchemy itself reads.
+
+What detection cannot see is a member still there that no longer means the
+same (a flag SQLAlchemy stopped setting): tests/test_execute_paths.py (a
+listener and ``echo`` see every statement, errors wrapped alike) and
+tests/test_sql_render.py (the same SQL and parameters as ``execute``) pin
+the meaning, and CI runs them on the oldest and the newest SQLAlchemy.
 """
 
 from __future__ import annotations

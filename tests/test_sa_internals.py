@@ -89,11 +89,23 @@ class PathSpy:
         monkeypatch.setattr(_execute, "_on_cursor", spy_cursor)
 
 
-def test_every_member_is_found_on_this_sqlalchemy(engine: Engine) -> None:
+def test_every_member_is_found_on_this_sqlalchemy(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probes: list[Connection] = []
+    probe = sa._probe
+
+    def counted(conn: Connection) -> None:
+        probes.append(conn)
+        probe(conn)
+
+    monkeypatch.setattr(sa, "_probe", counted)
     assert sa.missing() == ()
     with engine.connect() as conn:
         assert sa.fast_path(conn), f"SQLAlchemy {sqlalchemy.__version__}: {sa.missing()}"
     assert sa.missing() == ()
+    Store(engine).queue("once").enqueue_many([b"a", b"b"])
+    assert len(probes) == 1  # the first connection only, not each statement
     classes = [m for m in sa.REQUIRED if m.kind is not Kind.INSTANCE_FLAG]
     assert classes and all(m.present_on(m.owner) for m in classes)
 
