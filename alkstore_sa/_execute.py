@@ -20,7 +20,9 @@ bound parameters and the same psycopg cursor call at the bottom:
   the engine says) and a dropped connection is invalidated in the pool just
   as ``exec_driver_sql`` would do it.
 
-A statement the renderer cannot reproduce runs through ``Connection.execute``.
+A statement the renderer cannot reproduce runs through ``Connection.execute``,
+and so does every statement when a private SQLAlchemy member the two shortcuts
+rely on is missing (``_sa_internals.py``, the only module that touches them).
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Executable
 
+from ._sa_internals import fast_path, raise_dbapi_error, unobserved
 from ._sql._render import rendered
 
 if TYPE_CHECKING:
     from ._core import QueueAddress
 
-__all__ = ["fetch", "unobserved"]
+__all__ = ["fetch"]
 
 Row = Sequence[Any]
 
@@ -44,7 +47,7 @@ def fetch(
     conn: Connection, address: QueueAddress, stmt: Executable, params: dict[str, Any]
 ) -> list[Row]:
     """Run ``stmt`` with ``params`` on ``conn``; every row it returns, as tuples."""
-    text = rendered(stmt, conn.dialect, address.schema)
+    text = rendered(stmt, conn.dialect, address.schema) if fast_path(conn) else None
     if text is None:
         result = conn.execute(stmt, params, execution_options=address.execution_options)
         return list(result.all())
@@ -53,15 +56,6 @@ def fetch(
     if dbapi is not None and dbapi.autocommit and unobserved(conn):
         return _on_cursor(conn, dbapi, text.sql, bound)
     return list(conn.exec_driver_sql(text.sql, bound).all())
-
-
-def unobserved(conn: Connection) -> bool:
-    """Whether no event listener or statement log would see ``exec_driver_sql``."""
-    # The attributes SQLAlchemy itself checks before dispatching each of
-    # these (Connection._execute_context and friends).
-    return not (
-        conn._has_events or conn.engine._has_events or conn.dialect._has_events or conn._echo
-    )
 
 
 def _on_cursor(conn: Connection, dbapi: Any, sql: str, params: dict[str, Any]) -> list[Row]:
@@ -73,9 +67,7 @@ def _on_cursor(conn: Connection, dbapi: Any, sql: str, params: dict[str, Any]) -
         # every read of it.
         rows: list[Row] = cursor.fetchall()
     except BaseException as exc:
-        # Wraps (or re-raises) exactly as exec_driver_sql would, invalidating
-        # the connection when the error says it is gone.
-        conn._handle_dbapi_exception(exc, sql, params, cursor, None)
+        raise_dbapi_error(conn, exc, sql, params, cursor)
     finally:
         cursor.close()
     return rows

@@ -11,16 +11,17 @@ against killed connections.)
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import URL, Connection, Engine, create_engine, event, text
+from sqlalchemy import URL, Connection, Engine, create_engine, event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from alkstore_sa import AsyncStore, Store
+
+from ._locks import row_locked
 
 
 def _refuse(*args: Any, **kwargs: Any) -> Any:
@@ -89,22 +90,8 @@ def test_echo_logs_every_statement(database_url: URL, caplog: pytest.LogCaptureF
 def locked_row(engine: Engine) -> Iterator[int]:
     """A pending job whose row another transaction holds locked."""
     job_id = Store(engine).queue("paths").enqueue(b"held")
-    done = threading.Event()
-    locked = threading.Event()
-
-    def hold() -> None:
-        with engine.begin() as conn:
-            lock = text("SELECT 1 FROM alkstore.jobs WHERE id = :i FOR UPDATE")
-            conn.execute(lock, {"i": job_id})
-            locked.set()
-            done.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert locked.wait(10)
-    yield job_id
-    done.set()
-    holder.join()
+    with row_locked(engine, job_id):
+        yield job_id
 
 
 @pytest.mark.parametrize("observed", [False, True], ids=["cursor", "sqlalchemy"])

@@ -12,7 +12,8 @@ rendered into the text exactly as ``schema_translate_map`` would render it
 at execution time.
 
 A statement this cannot render faithfully (a positional paramstyle,
-escaped bind names, parameters expanded at execution) is marked so and run
+escaped bind names, parameters expanded at execution, bind processors it
+cannot reach -- ``_sa_internals.bind_processors``) is marked so and run
 through ``Connection.execute`` as before.
 """
 
@@ -28,6 +29,7 @@ from sqlalchemy import ARRAY, Executable
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from .._sa_internals import bind_processors
 from ..schema import DEFAULT_SCHEMA
 
 __all__ = ["Rendered", "rendered"]
@@ -93,11 +95,9 @@ def _render(stmt: Executable, dialect: Dialect, schema: str) -> Rendered | None:
         return None
     names = compiled.bind_names
     constants = {names[bp]: bp.value for bp in compiled.binds.values() if not bp.required}
-    processors: dict[str, Callable[[Any], Any]] = {}
-    for name, process in compiled._bind_processors.items():
-        if not callable(process):  # per-element processors of a tuple type
-            return None
-        processors[name] = process
+    processors = bind_processors(compiled)
+    if processors is None:
+        return None
     sql = compiled.string
     if dialect.driver == "psycopg":
         # Arrays go in psycopg's binary format (%(name)b): a bytea[] of
