@@ -185,9 +185,18 @@ class AsyncJobHandle(HandleFace[AsyncStore]):
 # -- for the worker's backend: the store's own way of running an operation -----
 
 
-async def run_call(store: AsyncStore, call: Call[T], session: AsyncSessionLike | None = None) -> T:
-    """Run ``call`` exactly as ``store``'s own methods do (lifecycle, errors, connection)."""
-    return await store._run(call, session)
+async def run_call(
+    store: AsyncStore,
+    call: Call[T],
+    session: AsyncSessionLike | None = None,
+    *,
+    atomic: bool = False,
+) -> T:
+    """Run ``call`` exactly as ``store``'s own methods do (lifecycle, errors, connection).
+
+    ``atomic``: in one transaction of its own (a multi-statement call like a sweep).
+    """
+    return await store._run(call, session, atomic=atomic)
 
 
 def queue_parts(queue: AsyncQueue) -> tuple[AsyncStore, QueueCore]:

@@ -169,9 +169,14 @@ class JobHandle(HandleFace[Store]):
 # -- for the worker's backend: the store's own way of running an operation -----
 
 
-def run_call(store: Store, call: Call[T], session: SyncSession | None = None) -> T:
-    """Run ``call`` exactly as ``store``'s own methods do (lifecycle, errors, connection)."""
-    return store._run(call, session)
+def run_call(
+    store: Store, call: Call[T], session: SyncSession | None = None, *, atomic: bool = False
+) -> T:
+    """Run ``call`` exactly as ``store``'s own methods do (lifecycle, errors, connection).
+
+    ``atomic``: in one transaction of its own (a multi-statement call like a sweep).
+    """
+    return store._run(call, session, atomic=atomic)
 
 
 def queue_parts(queue: Queue) -> tuple[Store, QueueCore]:

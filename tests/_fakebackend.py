@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from alkstore_sa import Job, QueueOpts
+from alkstore_sa import Job, QueueOpts, SweepResult
 from alkstore_sa._core import HandleCore, QueueCore
 from alkstore_sa.worker._handlers import inspect_handler
 from alkstore_sa.worker._port import ClaimKey, QueuePort
@@ -58,6 +58,7 @@ class FakeDB:
     fail_next: dict[str, int] = field(default_factory=dict)  # op -> how many calls fail
     wake: Callable[[str], None] | None = None  # the listener's, once it listens
     claim_latency: float = 0.0  # how long a claim's round trip takes (virtual seconds)
+    expired: set[int] = field(default_factory=set)  # ids whose expires_at has passed
 
     def now(self) -> float:
         return self.loop.time()
@@ -157,6 +158,14 @@ class FakeDB:
     def cancel(self, job_id: int) -> None:
         self.rows.pop(job_id, None)
 
+    def sweep(self) -> SweepResult:
+        """Expired rows (``expired`` set) go dead; the fake keeps dead rows forever."""
+        self.log("sweep")
+        expired = [job_id for job_id in self.rows if job_id in self.expired]
+        for job_id in expired:
+            self.dead[job_id] = self.rows.pop(job_id)
+        return SweepResult(expired=len(expired), purged=0)
+
 
 class FakePort:
     def __init__(
@@ -192,6 +201,9 @@ class FakePort:
 
     async def release(self, claim: ClaimKey) -> bool:
         return self.db.settle("release", claim, None, None)
+
+    async def sweep(self) -> SweepResult:
+        return self.db.sweep()
 
     async def listen_conninfo(self, application_name: str) -> str:
         return ""
@@ -236,6 +248,7 @@ def settings(**overrides: Any) -> Settings:
         poll_interval=1.0,
         shutdown_timeout=30.0,
         job_timeout=None,
+        sweep_interval=None,
         handle_signals=False,
     )
     return Settings(**{**base, **overrides})

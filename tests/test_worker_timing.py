@@ -304,3 +304,44 @@ def test_q27_acks_that_fail_are_retried_with_backoff_until_they_land() -> None:
         assert not db.rows
 
     _run(scenario())
+
+
+# -- O7: sweeps -----------------------------------------------------------------------
+
+
+def test_o7_each_queue_is_swept_at_start_and_then_every_sweep_interval() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        a, b = FakeDB(loop, queue="a"), FakeDB(loop, queue="b")
+        expired = a.enqueue(notify=False, delay=1000)
+        a.expired.add(expired)
+        sup = Supervisor(settings(sweep_interval=60.0, poll_interval=30.0))
+        bindings = [bind(a, sleeper(0)), bind(b, sleeper(0))]
+        await run_for(sup, bindings, FakeBackend(), stop_at=130.0)
+        assert a.times("sweep") == b.times("sweep") == [0.0, 60.0, 120.0]
+        assert expired in a.dead
+
+    _run(scenario())
+
+
+def test_o7_no_sweeps_when_the_interval_is_none() -> None:
+    async def scenario() -> None:
+        db = FakeDB(asyncio.get_running_loop())
+        sup = Supervisor(settings(sweep_interval=None))
+        await run_for(sup, [bind(db, sleeper(0))], FakeBackend(), stop_at=500.0)
+        assert db.times("sweep") == []
+
+    _run(scenario())
+
+
+def test_o7_a_failed_sweep_is_tried_again_next_interval_and_claims_go_on() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        db = FakeDB(loop, fail_next={"sweep": 1})
+        loop.call_at(5.0, db.enqueue)
+        sup = Supervisor(settings(sweep_interval=10.0, poll_interval=60.0))
+        await run_for(sup, [bind(db, sleeper(0))], FakeBackend(), stop_at=15.0)
+        assert db.times("sweep") == [0.0, 10.0]
+        assert 5.0 in db.times("claim") and not db.rows
+
+    _run(scenario())

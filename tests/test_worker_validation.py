@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -53,6 +54,12 @@ def test_worker_id_is_overridable_and_checked(sq: Any) -> None:
         Worker({sq: plain}, worker_id="  ")
 
 
+def test_o7_worker_queues_and_sweep_interval_are_as_given(sq: Any, aq: Any) -> None:
+    other = sq.store.queue("other")
+    assert Worker({sq: plain, other: plain}, sweep_interval=None).queues == (sq, other)
+    assert AsyncWorker({aq: aplain}, sweep_interval=timedelta(minutes=5)).queues == (aq,)
+
+
 @pytest.mark.parametrize(
     "kwargs, error",
     [
@@ -63,6 +70,9 @@ def test_worker_id_is_overridable_and_checked(sq: Any) -> None:
         ({"shutdown_timeout": -1}, ValueError),
         ({"job_timeout": 0}, ValueError),
         ({"job_timeout": "10"}, TypeError),
+        ({"sweep_interval": 0}, ValueError),  # O7: None or > 0
+        ({"sweep_interval": -5}, ValueError),
+        ({"sweep_interval": "60"}, TypeError),
     ],
 )
 def test_worker_refuses_bad_settings(sq: Any, kwargs: dict[str, Any], error: type) -> None:

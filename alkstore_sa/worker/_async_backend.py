@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from .._core import HandleCore, QueueCore
-from .._job import Job
+from .._job import Job, SweepResult
 from ..aio import AsyncQueue, AsyncStore, queue_parts, run_call
 from ._handlers import HandlerSpec
 from ._listener import listen, listen_conninfo
@@ -84,6 +84,9 @@ class AsyncQueuePort:
 
     async def release(self, claim: ClaimKey) -> bool:
         return await run_call(self._store, self._core.release(*claim))
+
+    async def sweep(self) -> SweepResult:
+        return await run_call(self._store, self._core.sweep_expired(), atomic=True)
 
     async def listen_conninfo(self, application_name: str) -> str:
         call = functools.partial(listen_conninfo, application_name=application_name)

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Protocol
 
 from .._core import HandleCore
-from .._job import Job
+from .._job import Job, SweepResult
 
 __all__ = ["Backend", "ClaimKey", "QueuePort"]
 
@@ -60,6 +60,10 @@ class QueuePort(Protocol):
 
     async def release(self, claim: ClaimKey) -> bool:
         """Give a held claim back: pending, due now, attempt kept (Q27)."""
+        ...
+
+    async def sweep(self) -> SweepResult:
+        """Q12 + Q25 for this queue, with its handle's options (O7)."""
         ...
 
     async def listen_conninfo(self, application_name: str) -> str:

@@ -23,6 +23,7 @@ class Settings:
     poll_interval: float
     shutdown_timeout: float
     job_timeout: float | None
+    sweep_interval: float | None  # None: this worker never sweeps (O7)
     handle_signals: bool
 
 

@@ -1,13 +1,13 @@
 """The supervisor: one worker run from start to stop.
 
 ``run()`` builds the run's state and its parts -- a producer per queue
-(``_producer``), the executor (``_executor``), heartbeats
-(``_heartbeats``), the completer (``_completer``) and a listener per
-engine (``_listener``) -- watches them, and on ``stop()`` (any thread), a
-signal, or the cancellation of ``run()`` itself, shuts down (``_shutdown``).
-One asyncio program serves both ``Worker`` (which drives it with
-``asyncio.run``) and ``AsyncWorker``; what differs between them is the
-backend behind the queues' ports (``_port``).
+(``_producer``), the executor (``_executor``), heartbeats (``_heartbeats``),
+the completer (``_completer``), the sweeps (``_maintenance``) and a
+listener per engine -- watches them, and on ``stop()`` (any thread), a
+signal, or the cancellation of ``run()`` itself, shuts down
+(``_shutdown``).  One asyncio program serves both ``Worker`` (which drives
+it with ``asyncio.run``) and ``AsyncWorker``; what differs between them is
+the backend behind the queues' ports (``_port``).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from . import _shutdown
 from ._completer import Completer
 from ._executor import Executor
 from ._heartbeats import Heartbeats
+from ._maintenance import Maintenance
 from ._port import Backend
 from ._producer import Producer
 from ._state import QueueBinding, QueueState, RunState, Settings
@@ -92,6 +93,9 @@ class Supervisor:
             loop.create_task(completer.run(), name="alkstore-completer"),
             loop.create_task(heartbeats.run(), name="alkstore-heartbeat"),
         ]
+        if self.settings.sweep_interval is not None:
+            sweeps = Maintenance(run).run(self.settings.sweep_interval)
+            background.append(loop.create_task(sweeps, name="alkstore-sweeps"))
         listeners = [
             loop.create_task(listening, name="alkstore-listener")
             for listening in self._listeners(run, backend)

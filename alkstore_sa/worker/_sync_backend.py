@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from .._core import Call, HandleCore, QueueCore
-from .._job import Job
+from .._job import Job, SweepResult
 from ..store import Queue, Store, queue_parts, run_call
 from ._handlers import HandlerSpec, returned_awaitable
 from ._listener import listen, listen_conninfo
@@ -185,6 +185,11 @@ class SyncQueuePort:
 
     async def release(self, claim: ClaimKey) -> bool:
         return await self._backend.run(self._store, self._core.release(*claim))
+
+    async def sweep(self) -> SweepResult:
+        call = functools.partial(run_call, self._store, self._core.sweep_expired(), atomic=True)
+        result: SweepResult = await self._backend.lanes.db.submit(call)
+        return result
 
     async def listen_conninfo(self, application_name: str) -> str:
         call = functools.partial(listen_conninfo, application_name=application_name)

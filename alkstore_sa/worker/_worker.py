@@ -30,6 +30,7 @@ __all__ = ["AsyncWorker", "Worker"]
 DEFAULT_CONCURRENCY = 8
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
+DEFAULT_SWEEP_INTERVAL = 60.0
 
 Handler = Callable[..., Any]
 Q = TypeVar("Q", Queue, AsyncQueue)
@@ -46,6 +47,7 @@ def _settings(
     poll_interval: object,
     shutdown_timeout: object,
     job_timeout: object,
+    sweep_interval: object,
     handle_signals: bool,
 ) -> Settings:
     return Settings(
@@ -54,6 +56,7 @@ def _settings(
         poll_interval=v.duration(poll_interval, "poll_interval"),
         shutdown_timeout=v.duration(shutdown_timeout, "shutdown_timeout", allow_zero=True),
         job_timeout=v.optional_duration(job_timeout, "job_timeout"),
+        sweep_interval=v.optional_duration(sweep_interval, "sweep_interval"),
         handle_signals=bool(handle_signals),
     )
 
@@ -140,7 +143,9 @@ class Worker(_Base):
     of jobs run at once per queue (each in a thread); ``poll_interval``
     seconds between re-polls; ``shutdown_timeout`` seconds of grace for
     in-flight jobs at stop; ``job_timeout`` (None = no limit) seconds after
-    which a running job is retried as failed.
+    which a running job is retried as failed; ``sweep_interval`` seconds
+    between sweeps of each queue (expiry and dead-letter retention, O7; None:
+    never).
     """
 
     def __init__(
@@ -151,6 +156,7 @@ class Worker(_Base):
         poll_interval: float | timedelta = DEFAULT_POLL_INTERVAL,
         shutdown_timeout: float | timedelta = DEFAULT_SHUTDOWN_TIMEOUT,
         job_timeout: float | timedelta | None = None,
+        sweep_interval: float | timedelta | None = DEFAULT_SWEEP_INTERVAL,
         worker_id: str | None = None,
         handle_signals: bool = True,
     ) -> None:
@@ -165,9 +171,20 @@ class Worker(_Base):
         self._queues = _handlers(handlers, Queue, "Worker", sync_only)
         super().__init__(
             _settings(
-                worker_id, concurrency, poll_interval, shutdown_timeout, job_timeout, handle_signals
+                worker_id,
+                concurrency,
+                poll_interval,
+                shutdown_timeout,
+                job_timeout,
+                sweep_interval,
+                handle_signals,
             )
         )
+
+    @property
+    def queues(self) -> tuple[Queue, ...]:
+        """The queues this worker serves, in the order given."""
+        return tuple(queue for queue, _ in self._queues)
 
     def run(self) -> None:
         """Block, running jobs, until ``stop()`` or SIGTERM/SIGINT; then return."""
@@ -198,6 +215,7 @@ class AsyncWorker(_Base):
         poll_interval: float | timedelta = DEFAULT_POLL_INTERVAL,
         shutdown_timeout: float | timedelta = DEFAULT_SHUTDOWN_TIMEOUT,
         job_timeout: float | timedelta | None = None,
+        sweep_interval: float | timedelta | None = DEFAULT_SWEEP_INTERVAL,
         worker_id: str | None = None,
         handle_signals: bool = True,
     ) -> None:
@@ -215,9 +233,20 @@ class AsyncWorker(_Base):
         self._queues = _handlers(handlers, AsyncQueue, "AsyncWorker", session_needs_async)
         super().__init__(
             _settings(
-                worker_id, concurrency, poll_interval, shutdown_timeout, job_timeout, handle_signals
+                worker_id,
+                concurrency,
+                poll_interval,
+                shutdown_timeout,
+                job_timeout,
+                sweep_interval,
+                handle_signals,
             )
         )
+
+    @property
+    def queues(self) -> tuple[AsyncQueue, ...]:
+        """The queues this worker serves, in the order given."""
+        return tuple(queue for queue, _ in self._queues)
 
     async def run(self) -> None:
         """Run jobs until ``stop()`` or SIGTERM/SIGINT; then return."""
