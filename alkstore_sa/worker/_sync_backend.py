@@ -18,11 +18,12 @@ import logging
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from .._core import Call, HandleCore, QueueCore
 from .._job import Job, SweepResult
+from .._sa_internals import pool_capacity
 from ..store import Queue, Store, queue_parts, run_call
 from ._handlers import HandlerSpec, returned_awaitable
 from ._listener import listen, listen_conninfo
@@ -105,16 +106,6 @@ class _HotLane:
             self._lane.close(wait=DB_CLOSE_WAIT)
 
 
-def _pool_capacity(engine: Engine) -> int:
-    """How many connections ``engine``'s pool can hand out (0: unknown)."""
-    pool = engine.pool
-    size = getattr(pool, "size", None)
-    if not callable(size):
-        return 0
-    overflow = getattr(pool, "_max_overflow", 0)
-    return 1 << 30 if overflow < 0 else int(size()) + max(int(overflow), 0)
-
-
 class SyncBackend:
     """Threads and held connections shared by one run's ports."""
 
@@ -158,7 +149,7 @@ class SyncQueuePort:
         self._store = store
         self._core = core
         self._handler = handler
-        self._hold_acks = _pool_capacity(store.engine) >= HOLD_ACKS_MIN_POOL
+        self._hold_acks = pool_capacity(store.engine) >= HOLD_ACKS_MIN_POOL
 
     @property
     def listen_group(self) -> Hashable:
