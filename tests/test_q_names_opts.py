@@ -6,8 +6,9 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import psycopg
 import pytest
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import create_engine, event
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -27,16 +28,33 @@ def spy(qs: Any) -> Iterator[SqlSpy]:
 
 
 @pytest.fixture
-def any_sql() -> Iterator[list[str]]:
-    """Every statement any engine in this process sends while the test runs."""
+def any_sql(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every statement any connection in this process sends while the test runs.
+
+    Recorded at the driver (psycopg's cursors), under both of the store's
+    execution paths.  Not with a SQLAlchemy event on the ``Engine`` class:
+    that flags every engine as observed for the rest of the process, so
+    later tests would never take the store's cursor path.
+    """
     sent: list[str] = []
+    for cls in (psycopg.Cursor, psycopg.AsyncCursor):
+        for name in ("execute", "executemany"):
+            original = getattr(cls, name)
 
-    def record(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
-        sent.append(statement)
+            def record(self: Any, query: Any, *args: Any, _original: Any = original) -> Any:
+                sent.append(str(query))
+                return _original(self, query, *args)
 
-    event.listen(Engine, "before_cursor_execute", record)
+            monkeypatch.setattr(cls, name, record)
     yield sent
-    event.remove(Engine, "before_cursor_execute", record)
+
+
+def test_any_sql_records_both_execution_paths(any_sql: list[str], qs: Any) -> None:
+    # The "no SQL ran" checks below are only as good as this recorder.
+    q = qs.queue("recorded")
+    q.enqueue(b"x")
+    assert q.claim_one("w") is not None
+    assert len(any_sql) >= 2
 
 
 # -- Q1 ------------------------------------------------------------------------
