@@ -172,8 +172,11 @@ class QueueCore:
         """Extend held claims by each job's visibility timeout; returns extended ids."""
         return partial(_ops.heartbeat_held, address=self.address, claims=claims)
 
-    def release(self, job_id: int, attempts: int) -> Call[bool]:
-        """Give a held claim back: pending, due now, attempt not refunded (Q27)."""
+    def release(self, job_id: int, attempts: int) -> Call[_ops.Released | None]:
+        """Give a held claim back: pending, due now, attempt not refunded (Q27).
+
+        On its last attempt the job is dead-lettered instead (``"dead"``).
+        """
         return partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
 
     def sweep_expired(self) -> Call[SweepResult]:

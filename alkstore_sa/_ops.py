@@ -9,7 +9,7 @@ Arguments arrive validated (see ``_core``).
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection
 
@@ -19,6 +19,9 @@ from ._sql import claim as claim_sql
 from ._sql import enqueue as enqueue_sql
 from ._sql import handle as handle_sql
 from ._sql import queue as queue_sql
+
+# What became of a claim given back at shutdown (Q27).
+Released = Literal["released", "dead"]
 
 if TYPE_CHECKING:
     from ._core import QueueAddress, Stamps
@@ -90,8 +93,12 @@ def fail(
     return bool(fetch(conn, address, handle_sql.fail(), params))
 
 
-def release(conn: Connection, *, address: QueueAddress, job_id: int, attempts: int) -> bool:
-    return bool(fetch(conn, address, handle_sql.release(), _held(job_id, attempts)))
+def release(
+    conn: Connection, *, address: QueueAddress, job_id: int, attempts: int
+) -> Released | None:
+    """``"released"`` (pending again), ``"dead"`` (it was the last attempt), None (not held)."""
+    rows = fetch(conn, address, handle_sql.release(), _held(job_id, attempts))
+    return None if not rows else ("dead" if rows[0][1] == handle_sql.RELEASED_DEAD else "released")
 
 
 def _claims(claims: list[tuple[int, int]]) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from alkstore_sa import Job, QueueOpts, SweepResult
 from alkstore_sa._core import HandleCore, QueueCore
+from alkstore_sa._ops import Released
 from alkstore_sa.worker._handlers import inspect_handler
 from alkstore_sa.worker._port import ClaimKey, QueuePort
 from alkstore_sa.worker._state import QueueBinding, Settings
@@ -199,8 +200,8 @@ class FakePort:
     async def fail(self, handle: HandleCore, error: str | None) -> bool:
         return self.db.settle("fail", (handle.job.id, handle.job.attempts), error, None)
 
-    async def release(self, claim: ClaimKey) -> bool:
-        return self.db.settle("release", claim, None, None)
+    async def release(self, claim: ClaimKey) -> Released | None:
+        return "released" if self.db.settle("release", claim, None, None) else None
 
     async def sweep(self) -> SweepResult:
         return self.db.sweep()

@@ -169,7 +169,7 @@ def test_privileges_worker_role_runs_every_consumer_operation(roles: Roles) -> N
     core = q._core
     claim = (released.id, released.job.attempts)
     assert roles.worker._run(core.heartbeat_claims([claim])) == [released.id]
-    assert roles.worker._run(core.release(*claim)) is True
+    assert roles.worker._run(core.release(*claim)) == "released"
     again = {h.id: h for h in q.claim_batch("worker", 2)}
     assert sorted(again) == sorted([retried.id, released.id])
     assert again[retried.id].retry("again") is True  # attempt 2 of 2: to dead (Q18)

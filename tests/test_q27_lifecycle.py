@@ -127,6 +127,36 @@ def test_q27_past_shutdown_timeout_the_job_is_released_attempt_kept(
     assert again is not None and again.id == job_id and again.job.attempts == 2
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_q27_past_shutdown_timeout_a_job_on_its_last_attempt_is_dead_lettered(
+    kind: str, database_url: URL, store: Store
+) -> None:
+    # Released, it would run a max_attempts+1-th time: like a worker dying
+    # after its last claim (Q12), it dead-letters instead.
+    opts = QueueOpts(max_attempts=1)
+    release = threading.Event()
+    started = threading.Event()
+    fn = stuck_handler(kind, started, release)
+    q = store.queue("last", opts)
+    job_id = q.enqueue(b"")
+    running = start_worker(
+        kind,
+        database_url,
+        lambda s: worker_class(kind)(
+            {s.queue("last", opts): fn}, shutdown_timeout=0.3, poll_interval=0.05
+        ),
+    )
+    try:
+        assert started.wait(10)
+        running.stop()
+    finally:
+        release.set()
+    job = q.get_job(job_id)
+    assert job is not None
+    assert (job.status, job.attempts, job.last_error) == ("dead", 1, "max attempts exceeded")
+    assert q.claim_one("next") is None
+
+
 def test_q27_cancelling_async_run_releases_held_jobs_and_cancels_handlers(
     database_url: URL, store: Store
 ) -> None:

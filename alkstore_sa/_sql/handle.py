@@ -20,6 +20,7 @@ from sqlalchemy import (
     bindparam,
     delete,
     func,
+    literal,
     select,
     update,
 )
@@ -30,6 +31,8 @@ from ._common import MAX_ATTEMPTS_ERROR, NOW, claim_is_held, error_or, id_among,
 
 __all__ = [
     "FAIL_DEFAULT_ERROR",
+    "RELEASED",
+    "RELEASED_DEAD",
     "RETRY_EXHAUSTED_ERROR",
     "ack",
     "ack_held",
@@ -42,6 +45,8 @@ __all__ = [
 
 RETRY_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
 FAIL_DEFAULT_ERROR = "failed"
+RELEASED = "released"  # release(): back to pending
+RELEASED_DEAD = "dead"  # release(): no attempt left, dead-lettered
 
 
 @cache
@@ -153,14 +158,27 @@ def heartbeat_held() -> ReturningUpdate[tuple[int]]:
 
 
 @cache
-def release() -> ReturningUpdate[tuple[int]]:
+def release() -> Select[tuple[int, str]]:
     """Q27: a worker giving up a claim at shutdown: pending, due now.
 
-    The attempt is not refunded; ``last_error`` is left as it was.
+    The attempt is not refunded; ``last_error`` is left as it was.  A claim
+    on the job's last attempt has none left to give back: like a worker
+    dying after its last claim (Q12), the job moves to dead with ``max
+    attempts exceeded``, so no job runs more than ``max_attempts`` times.
+    Each row says which: ``released`` or ``dead``.
     """
-    return (
+    released = (
         update(jobs)
-        .where(claim_is_held())
+        .where(claim_is_held(), jobs.c.attempts < jobs.c.max_attempts)
         .values(status="pending", run_at=NOW, worker_id=None, claim_deadline=None)
         .returning(jobs.c.id)
+        .cte("released")
+    )
+    buried = move_to_dead(
+        claim_is_held() & (jobs.c.attempts >= jobs.c.max_attempts),
+        literal(MAX_ATTEMPTS_ERROR, type_=Text),
+        "buried",
+    )
+    return select(released.c.id, literal(RELEASED, type_=Text)).union_all(  # type: ignore[return-value]
+        select(buried.c.id, literal(RELEASED_DEAD, type_=Text))
     )

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from .._core import HandleCore, QueueCore
 from .._job import Job, SweepResult
+from .._ops import Released
 from ..aio import AsyncQueue, AsyncStore, queue_parts, run_call
 from ._handlers import HandlerSpec
 from ._listener import listen, listen_conninfo
@@ -82,7 +83,7 @@ class AsyncQueuePort:
     async def fail(self, handle: HandleCore, error: str | None) -> bool:
         return await run_call(self._store, handle.fail(error))
 
-    async def release(self, claim: ClaimKey) -> bool:
+    async def release(self, claim: ClaimKey) -> Released | None:
         return await run_call(self._store, self._core.release(*claim))
 
     async def sweep(self) -> SweepResult:

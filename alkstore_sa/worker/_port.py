@@ -22,6 +22,7 @@ from typing import Protocol
 
 from .._core import HandleCore
 from .._job import Job, SweepResult
+from .._ops import Released
 
 __all__ = ["Backend", "ClaimKey", "QueuePort"]
 
@@ -58,8 +59,12 @@ class QueuePort(Protocol):
         """Q19 through ``handle`` (one-shot, Q20)."""
         ...
 
-    async def release(self, claim: ClaimKey) -> bool:
-        """Give a held claim back: pending, due now, attempt kept (Q27)."""
+    async def release(self, claim: ClaimKey) -> Released | None:
+        """Give a held claim back: pending, due now, attempt kept (Q27).
+
+        ``"dead"`` when it was the job's last attempt (dead-lettered instead);
+        None when the claim was no longer held.
+        """
         ...
 
     async def sweep(self) -> SweepResult:

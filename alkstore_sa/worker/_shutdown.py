@@ -4,7 +4,8 @@ After a stop no new job is claimed.  Handlers still running get
 ``shutdown_timeout`` seconds to finish and have their outcome recorded; a
 second stop ends the grace at once.  Past it, every job still running is
 released (back to pending, due now, the attempt not refunded) so another
-worker takes it without waiting for its lease to lapse; async handlers are
+worker takes it without waiting for its lease to lapse -- or, on its last
+attempt, dead-lettered as a lapse would (Q12); async handlers are
 cancelled, sync ones are abandoned in their threads.  Then the completer's
 acks are flushed.  Each step is bounded: a database that is away cannot
 hold ``run()`` past ``RELEASE_TIMEOUT`` per step.
@@ -108,9 +109,17 @@ async def _release(qs: QueueState, slot: Slot) -> None:
         except Exception as exc:
             log.warning("job %d: release at shutdown failed: %s", slot.job.id, exc)
             return
-        if released:
+        if released == "released":
             log.warning(
                 "job %d: still running at shutdown; released for other workers", slot.job.id
+            )
+        elif released == "dead":
+            log.error(
+                "job %d: still running at shutdown on its last attempt (%d/%d); "
+                "dead-lettered: max attempts exceeded",
+                slot.job.id,
+                slot.job.attempts,
+                slot.job.max_attempts,
             )
     finally:
         qs.held.pop(slot.key, None)

@@ -23,6 +23,7 @@ from sqlalchemy.orm import Session
 
 from .._core import Call, HandleCore, QueueCore
 from .._job import Job, SweepResult
+from .._ops import Released
 from .._sa_internals import pool_capacity
 from ..store import Queue, Store, queue_parts, run_call
 from ._handlers import HandlerSpec, returned_awaitable
@@ -174,7 +175,7 @@ class SyncQueuePort:
     async def fail(self, handle: HandleCore, error: str | None) -> bool:
         return await self._backend.run(self._store, handle.fail(error))
 
-    async def release(self, claim: ClaimKey) -> bool:
+    async def release(self, claim: ClaimKey) -> Released | None:
         return await self._backend.run(self._store, self._core.release(*claim))
 
     async def sweep(self) -> SweepResult:
