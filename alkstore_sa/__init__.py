@@ -10,6 +10,7 @@ from ._errors import (
     StoreClosedError,
 )
 from ._job import Job, SweepResult
+from ._migrate import migrate
 from ._opts import EnqueueOpts, QueueOpts
 from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
 from .store import JobHandle, Queue, Store
@@ -35,6 +36,7 @@ __all__ = [
     "StoreClosedError",
     "SweepResult",
     "Worker",
+    "migrate",
 ]
 
 __version__ = "0.1.0"

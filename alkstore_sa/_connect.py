@@ -68,7 +68,8 @@ def schema_errors(schema: str) -> Iterator[None]:
         if getattr(exc.orig, "sqlstate", None) == "42P01":  # undefined_table
             raise SchemaMissingError(
                 f"no alkstore tables in schema {schema!r}: run `alkstore migrate` "
-                "(or `alembic upgrade head`) against this database"
+                "(or `alembic upgrade head`) against this database, or `alembic upgrade "
+                "heads` in an application whose Alembic environment takes in the alkstore branch"
             ) from exc
         raise
 

@@ -7,7 +7,13 @@ import os
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-__all__ = ["ENV_VAR", "database_url_from_env", "describe_connect_error", "normalize_url"]
+__all__ = [
+    "ENV_VAR",
+    "database_url_from_env",
+    "describe_connect_error",
+    "normalize_url",
+    "require_psycopg",
+]
 
 ENV_VAR = "ALKSTORE_DATABASE_URL"
 
@@ -32,6 +38,21 @@ def normalize_url(url: str | URL, *, source: str = ENV_VAR) -> URL:
             f"got driver {parsed.drivername!r}"
         )
     return parsed
+
+
+def require_psycopg(url: URL, *, source: str, who: str) -> URL:
+    """``url`` if it names the psycopg 3 driver, else a one-line ``ValueError``.
+
+    For callers that open sync connections themselves (the CLI, ``migrate()``):
+    ``postgresql+asyncpg`` or ``postgresql+psycopg2`` would otherwise fail
+    deep inside SQLAlchemy with a missing module or a greenlet error.
+    """
+    if url.drivername != "postgresql+psycopg":
+        raise ValueError(
+            f"alkstore: {source} names the driver {url.drivername!r}, but {who} needs "
+            "psycopg 3: use a postgresql+psycopg:// URL (postgresql:// means the same)"
+        )
+    return url
 
 
 def database_url_from_env() -> URL:

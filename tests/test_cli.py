@@ -24,6 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(sys.executable).with_name("alkstore")
 
 
+def _text(url: URL) -> str:
+    return url.render_as_string(hide_password=False)
+
+
 def _env(url: URL | str | None, **extra: str) -> dict[str, str]:
     env = {
         k: v
@@ -166,45 +170,7 @@ def test_q2_cli_invalid_queue_name_is_a_usage_error(database_url: URL) -> None:
     assert "reserved" in line
 
 
-# --- jobs / sweep ----------------------------------------------------------------------
-
-
-def _mixed_queue(store: Store) -> None:
-    q = store.queue("mixed")
-    q.enqueue_many([b"a", b"b", b"c", b"d"])
-    first = q.claim_one("w")
-    assert first is not None
-    second = q.claim_one("w")
-    assert second is not None and second.fail("broken")
-    store.queue("other").enqueue(b"x")
-
-
-def test_cli_jobs_counts_a_queue_by_status(database_url: URL, store_on: Store) -> None:
-    _mixed_queue(store_on)
-    as_json = alkstore("jobs", "mixed", "--json", url=database_url)
-    assert as_json.returncode == 0, as_json.stderr
-    assert json.loads(as_json.stdout) == {"pending": 2, "processing": 1, "dead": 1}
-    table = alkstore("jobs", "mixed", url=database_url)
-    assert table.returncode == 0, table.stderr
-    header, row = table.stdout.strip().splitlines()
-    assert header.split() == ["queue", "pending", "processing", "dead"]
-    assert row.split() == ["mixed", "2", "1", "1"]
-
-
-def test_cli_jobs_without_a_queue_lists_every_queue(database_url: URL, store_on: Store) -> None:
-    _mixed_queue(store_on)
-    proc = alkstore("jobs", "--json", url=database_url)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {
-        "mixed": {"pending": 2, "processing": 1, "dead": 1},
-        "other": {"pending": 1, "processing": 0, "dead": 0},
-    }
-
-
-def test_cli_jobs_of_an_unknown_queue_are_zero(database_url: URL) -> None:
-    proc = alkstore("jobs", "nothing_here", "--json", url=database_url)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout) == {"pending": 0, "processing": 0, "dead": 0}
+# --- sweep (stats and jobs: tests/test_o8_cli.py) ---------------------------------------
 
 
 def test_q25_cli_sweep_dead_letters_expired_then_purges_with_retention(
@@ -216,12 +182,12 @@ def test_q25_cli_sweep_dead_letters_expired_then_purges_with_retention(
     time.sleep(0.1)
     proc = alkstore("sweep", "sweepme", url=database_url)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "expired 1, purged 0"
+    assert proc.stdout.strip() == "sweepme: expired 1, purged 0"
     dead = q.get_job(job_id)
     assert dead is not None and (dead.status, dead.last_error) == ("dead", "expired")
     purge = alkstore("sweep", "sweepme", "--retention", "0", url=database_url)
     assert purge.returncode == 0, purge.stderr
-    assert purge.stdout.strip() == "expired 0, purged 1"
+    assert purge.stdout.strip() == "sweepme: expired 0, purged 1"
     assert q.get_job(job_id) is None
     fresh = q.get_job(keep)
     assert fresh is not None and fresh.status == "pending"
@@ -362,7 +328,7 @@ def test_q27_cli_worker_runs_an_async_worker(
 
 
 def test_cli_missing_url_names_the_variable() -> None:
-    for args in (["jobs"], ["migrate"]):  # both paths to the database: Store and Alembic
+    for args in (["stats"], ["migrate"]):  # both paths to the database: Store and Alembic
         line = one_line_error(alkstore(*args, url=None), 2)
         assert "ALKSTORE_DATABASE_URL" in line
 
@@ -371,8 +337,29 @@ def test_cli_missing_url_names_the_variable() -> None:
     "bad", ["not a url", "mysql://user@host/db", "postgresql+psycopg://u@host:port/db"]
 )
 def test_cli_bad_url_names_its_source(bad: str) -> None:
-    assert "ALKSTORE_DATABASE_URL" in one_line_error(alkstore("jobs", url=bad), 2)
-    assert "--database-url" in one_line_error(alkstore("--database-url", bad, "jobs", url=None), 2)
+    assert "ALKSTORE_DATABASE_URL" in one_line_error(alkstore("stats", url=bad), 2)
+    assert "--database-url" in one_line_error(alkstore("--database-url", bad, "stats", url=None), 2)
+
+
+@pytest.mark.parametrize("driver", ["asyncpg", "psycopg2"])
+def test_o8_cli_url_of_another_driver_is_one_line(database_url: URL, driver: str) -> None:
+    """These drivers used to end in a traceback (a missing module, or a greenlet error)."""
+    other = database_url.set(drivername=f"postgresql+{driver}")
+    for args in (["stats"], ["jobs", "q"], ["migrate"], ["worker", "examples.tasks:worker"]):
+        line = one_line_error(alkstore(*args, url=other), 2)
+        assert f"'postgresql+{driver}'" in line and "postgresql+psycopg://" in line, line
+        assert "ALKSTORE_DATABASE_URL" in line
+    flag = one_line_error(alkstore("--database-url", _text(other), "stats", url=None), 2)
+    assert "--database-url" in flag
+
+
+def test_cli_bare_postgresql_url_means_psycopg(database_url: URL, store_on: Store) -> None:
+    store_on.queue("bare").enqueue(b"x")
+    bare = _text(database_url).replace("postgresql+psycopg://", "postgresql://", 1)
+    assert bare.startswith("postgresql://")
+    proc = alkstore("stats", "bare", "--json", url=bare)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["bare"]["due"] == 1
 
 
 def test_cli_unreachable_database_is_one_line(tmp_path: Path) -> None:
@@ -388,13 +375,18 @@ def test_cli_unreachable_database_is_one_line(tmp_path: Path) -> None:
 def test_cli_missing_schema_says_run_migrate(blank_database: URL) -> None:
     for args in (
         ["jobs", "q"],
+        ["stats"],
+        ["stats", "q"],
         ["enqueue", "q", "--payload", "x"],
+        ["sweep"],
         ["sweep", "q"],
         ["worker", "examples.tasks:worker"],
     ):
         line = one_line_error(alkstore(*args, url=blank_database), 1)
         assert "run `alkstore migrate`" in line, args
-    other = one_line_error(alkstore("jobs", "--schema", "elsewhere", url=blank_database), 1)
+        # ... and what a host application whose Alembic takes in our branch runs instead.
+        assert "`alembic upgrade heads`" in line, args
+    other = one_line_error(alkstore("stats", "--schema", "elsewhere", url=blank_database), 1)
     assert "run `alkstore migrate --schema elsewhere`" in other
 
 
@@ -406,6 +398,8 @@ def test_cli_missing_schema_says_run_migrate(blank_database: URL) -> None:
         ("examples.tasks:no_such", "has no attribute 'no_such'"),
         ("examples.tasks", "is not MODULE:OBJ"),
         ("examples.tasks:store", "not a Worker"),
+        # A handler, not a worker: calling it used to end in a TypeError traceback.
+        ("examples.tasks:send_email", "is send_email(job), a function that needs arguments"),
     ],
 )
 def test_cli_worker_import_path_that_does_not_resolve(
@@ -416,7 +410,7 @@ def test_cli_worker_import_path_that_does_not_resolve(
 
 
 def test_cli_invalid_schema_name_is_a_usage_error(database_url: URL) -> None:
-    line = one_line_error(alkstore("jobs", "--schema", "no spaces", url=database_url), 2)
+    line = one_line_error(alkstore("stats", "--schema", "no spaces", url=database_url), 2)
     assert "schema" in line
 
 
@@ -430,7 +424,7 @@ def test_cli_console_script_is_installed() -> None:
     assert SCRIPT.exists(), "pip install -e . should have installed the `alkstore` script"
     helped = _script(["--help"])
     assert helped.returncode == 0
-    for command in ("migrate", "worker", "enqueue", "jobs", "sweep", "demo"):
+    for command in ("migrate", "worker", "enqueue", "stats", "jobs", "sweep", "demo"):
         assert command in helped.stdout
     bare = _script([])
     assert bare.returncode == 2 and "usage:" in bare.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,23 @@ def _assert_final_table(stdout: str, orders: int) -> None:
     assert re.search(r"check: .*: ok$", stdout, re.MULTILINE)
 
 
+def _next_steps(stdout: str) -> tuple[Path, list[list[str]]]:
+    """The demo's last words: where its code is, and three commands to try next."""
+    code = re.search(r"^the demo's code: (.+)$", stdout, re.MULTILINE)
+    assert code, stdout
+    commands = [
+        shlex.split(line.split("#", 1)[0])
+        for line in stdout.split(code.group(0), 1)[1].splitlines()
+        if line.startswith("  alkstore ")
+    ]
+    assert [c[:2] for c in commands] == [
+        ["alkstore", "migrate"],
+        ["alkstore", "enqueue"],
+        ["alkstore", "stats"],
+    ]
+    return Path(code.group(1)), commands
+
+
 def test_demo_runs_on_a_throwaway_postgres_and_removes_it(tmp_path: Path) -> None:
     # As a wheel's user runs it: the package alone, from an empty directory.
     outside = install_outside(tmp_path)
@@ -71,6 +89,8 @@ def test_demo_runs_on_a_throwaway_postgres_and_removes_it(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     _assert_final_table(proc.stdout, 200)
+    source, _ = _next_steps(proc.stdout)
+    assert source == Path(outside.pythonpath) / "alkstore_sa" / "demo" / "receipts.py"
     started = re.search(r"starting a throwaway PostgreSQL in (\S+)", proc.stderr)
     assert started, proc.stderr
     tmp = started.group(1)
@@ -98,6 +118,19 @@ def test_demo_on_a_given_database_cleans_up_its_schemas(blank_database: URL) -> 
     finally:
         engine.dispose()
     assert not {"alkstore_demo", "alkstore_demo_shop"} & schemas
+    # The commands it suggests work, in that order, on the database it was given.
+    source, commands = _next_steps(proc.stdout)
+    assert source == ROOT / "alkstore_sa" / "demo" / "receipts.py"
+    for command in commands:
+        tried = subprocess.run(
+            [sys.executable, "-m", "alkstore_sa.cli", *command[1:]],
+            env=_env(blank_database),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert tried.returncode == 0, (command, tried.stderr)
+    assert tried.stdout.split("\n")[1].split()[:2] == ["emails", "1"]  # stats: 1 due
 
 
 class _Tty(io.StringIO):

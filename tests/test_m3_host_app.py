@@ -7,6 +7,7 @@ the commands there, so the docs and the test cannot drift apart.
 
 from __future__ import annotations
 
+import configparser
 import os
 import re
 import shlex
@@ -18,6 +19,7 @@ from pathlib import Path
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL, create_engine, text
 
+import alkstore_sa
 from alkstore_sa.migrations._config import alembic_config
 
 from .conftest import ROOT
@@ -69,17 +71,38 @@ def run(cmd: str, cwd: Path, url: URL) -> subprocess.CompletedProcess[str]:
     )
 
 
+def edit_ini(generated: str, section: str) -> str:
+    """What the docs tell a reader to do to the [alembic] section `alembic init` wrote:
+    each of the recipe's settings replaces the generated line of that key, or is added."""
+    lines = generated.splitlines()
+    start = lines.index("[alembic]") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("["))
+    for setting in section.splitlines():
+        if not re.fullmatch(r"[\w.]+ = .*", setting):
+            continue
+        key = setting.split(" = ", 1)[0]
+        at = [i for i in range(start, end) if re.match(rf"{re.escape(key)}\s*=", lines[i])]
+        assert len(at) <= 1, key
+        if at:
+            lines[at[0]] = setting
+        else:
+            lines.insert(start, setting)
+            end += 1
+    return "\n".join(lines) + "\n"
+
+
 def build_host(tmp: Path, recipe: Recipe, url: URL) -> None:
     for cmd in recipe.init:
         proc = run(cmd, tmp, url)
         assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
     ini = tmp / "alembic.ini"
-    # Replace the generated [alembic] section; keep the logging sections.
-    new_ini, n = re.subn(
-        r"^\[alembic\]\n.*?(?=^\[)", recipe.ini_section + "\n", ini.read_text(), flags=re.M | re.S
-    )
-    assert n == 1
-    ini.write_text(new_ini)
+    generated = ini.read_text()
+    # The docs say to replace this line, not to add a second one: it must be there.
+    assert re.search(r"^path_separator = os$", generated, flags=re.M), generated
+    ini.write_text(edit_ini(generated, recipe.ini_section))
+    parsed = configparser.ConfigParser(interpolation=None)  # strict: a duplicate key fails
+    parsed.read(ini)
+    assert parsed["alembic"]["path_separator"] == "space"
     for rel, content in recipe.files.items():
         path = tmp / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -107,6 +130,9 @@ def test_m3_recipe_is_complete_in_the_docs() -> None:
     assert set(recipe.files) == {"migrations/env.py", "myapp/models.py"}
     assert "alkstore_sa:migrations/versions" in recipe.ini_section
     assert "path_separator = space" in recipe.ini_section
+    # ... and says that it replaces the line `alembic init` writes.
+    assert "**replace** the\n`path_separator = os` line" in DOC.read_text()
+    assert "fileConfig(context.config.config_file_name)" in recipe.files["migrations/env.py"]
     assert HOOK_LINE in recipe.files["migrations/env.py"]
     assert "alembic upgrade heads" in recipe.commands
     assert recipe.commands[-1] == "alembic check"
@@ -118,16 +144,19 @@ def test_m3_host_environment_runs_both_branches_and_autogenerate_leaves_ours(
     recipe = read_recipe()
     build_host(tmp_path, recipe, blank_database)
 
-    for cmd in recipe.commands:
+    ours = ScriptDirectory.from_config(alembic_config(url=blank_database)).get_heads()
+    for i, cmd in enumerate(recipe.commands):
         proc = run(cmd, tmp_path, blank_database)
         assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
+        if i == 0:  # the env's fileConfig: Alembic says what it ran
+            assert cmd == "alembic upgrade heads"
+            assert f"Running upgrade  -> {ours[0]}" in proc.stderr, proc.stderr
 
     found = tables(blank_database)
     assert {("public", "widgets"), ("alkstore", "jobs"), ("alkstore", "dead_jobs")} <= found
     # The host's own version table tracks both heads; ours is not made here.
     assert ("public", "alembic_version") in found
     assert ("alkstore", "alkstore_alembic_version") not in found
-    ours = ScriptDirectory.from_config(alembic_config(url=blank_database)).get_heads()
     assert ours[0] in run("alembic current", tmp_path, blank_database).stdout
 
     revisions = {p.name: p.read_text() for p in (tmp_path / "migrations/versions").glob("*.py")}
@@ -141,6 +170,30 @@ def test_m3_host_environment_runs_both_branches_and_autogenerate_leaves_ours(
     # Autogenerate against an up-to-date database proposed nothing at all.
     upgrade_body = later.split("def upgrade()", 1)[1].split("def downgrade()", 1)[0]
     assert "op." not in upgrade_body
+
+
+def test_m3_recipe_env_passes_mypy_strict(tmp_path: Path) -> None:
+    recipe = read_recipe()
+    for rel, content in recipe.files.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    (tmp_path / "myapp" / "__init__.py").touch()
+    # mypy cannot follow the import hook of an editable install: show it the
+    # package as a regular install would (its py.typed makes it typed).
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "alkstore_sa").symlink_to(Path(alkstore_sa.__file__).parent)
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "mypy", "--strict", "--no-error-summary",
+            "--cache-dir", str(tmp_path / ".mypy_cache"),
+            "migrations/env.py", "myapp/models.py",
+        ],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "MYPYPATH": str(site)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_m3_without_the_hook_autogenerate_would_drop_our_tables(

@@ -1,4 +1,4 @@
-"""The ``alkstore`` command: migrate, worker, enqueue, jobs, sweep, demo, bench.
+"""The ``alkstore`` command: migrate, worker, enqueue, stats, jobs, sweep, demo, bench.
 
 Errors a user can fix (no URL, a bad URL, an unreachable server, a schema
 never migrated, an import path that does not resolve) end as one line on
@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from sqlalchemy.exc import DBAPIError
 
-from .._errors import InvalidNameError, SchemaMissingError
+from .._errors import AlkstoreError, InvalidNameError, SchemaMissingError
 from ..schema import DEFAULT_SCHEMA
 from ._db import SCHEMA_VAR, CliError, Database, resolve_schema, resolve_url
 
@@ -37,6 +37,20 @@ def _seconds(text: str) -> float:
         return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+
+
+def _interval(text: str) -> float:
+    value = _seconds(text)
+    if not 0 < value <= 86400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 86400 s, got {text}")
+    return value
+
+
+def _limit(text: str) -> int:
+    value = _positive_int(text)
+    if value > 1000:
+        raise argparse.ArgumentTypeError(f"must be at most 1000, got {value}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,6 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"alkstore_sa {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
+    # --app: the application's queue options and names (O8); per command, after its name.
+    app_opt = argparse.ArgumentParser(add_help=False)
+    app_opt.add_argument(
+        "--app",
+        metavar="MODULE:OBJ",
+        help="the application's Worker (or a callable returning one): its queues' options "
+        "apply, and a queue it does not declare gets a warning",
+    )
+
     sub.add_parser(
         "migrate",
         parents=[common],
@@ -100,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "enqueue",
-        parents=[common],
+        parents=[common, app_opt],
         help="add one job to a queue; prints its id",
         description="Add one job; prints its id. The payload is stored as bytes.",
     )
@@ -116,22 +139,43 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--expires-in", type=_seconds, metavar="SECONDS", help="expire if not done")
 
     p = sub.add_parser(
-        "jobs",
-        parents=[common],
-        help="count a queue's jobs by status (pending, processing, dead)",
-        description="Count jobs by status; without QUEUE, every queue in the schema.",
+        "stats",
+        parents=[common, app_opt],
+        help="per-queue counts: due, scheduled, processing, lapsed, expired, dead",
+        description="Count each queue's jobs by state, from one snapshot per queue. Without "
+        "QUEUE, every queue with rows in the schema (and, with --app, the application's).",
     )
-    p.add_argument("queue", metavar="QUEUE", nargs="?")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("queues", metavar="QUEUE", nargs="*")
+    p.add_argument("--json", action="store_true", help="print one JSON object keyed by queue")
+    p.add_argument(
+        "--watch", type=_interval, metavar="SECS", help="redraw every SECS seconds until Ctrl-C"
+    )
+
+    p = sub.add_parser(
+        "jobs",
+        parents=[common, app_opt],
+        help="list a queue's jobs, live and dead, newest first",
+        description="List QUEUE's jobs (pending, processing and dead), newest first by id.",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--status", choices=["pending", "processing", "dead"], help="only this status")
+    p.add_argument(
+        "--limit", type=_limit, default=100, metavar="N", help="at most N jobs, 1..1000 (100)"
+    )
+    p.add_argument(
+        "--before", type=_positive_int, metavar="ID", help="only ids below ID (the next page)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON list of jobs")
 
     p = sub.add_parser(
         "sweep",
-        parents=[common],
-        help="dead-letter a queue's expired jobs; purge old dead rows",
-        description="Move expired jobs of QUEUE to dead (last_error='expired'); with "
-        "--retention, also delete its dead rows older than that.",
+        parents=[common, app_opt],
+        help="dead-letter expired jobs; purge old dead rows",
+        description="Move the expired jobs of each QUEUE (none: every queue with rows) to dead "
+        "(last_error='expired'); with --retention, or the application's "
+        "dead_letter_retention (--app), also delete dead rows older than that.",
     )
-    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("queues", metavar="QUEUE", nargs="*")
     p.add_argument(
         "--retention", type=_seconds, metavar="SECONDS", help="purge dead rows older than this"
     )
@@ -158,13 +202,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command(name: str) -> Command:
-    from . import _commands, _worker
+    from . import _commands, _ops, _worker
 
     table: dict[str, Command] = {
         "migrate": _commands.cmd_migrate,
         "enqueue": _commands.cmd_enqueue,
-        "jobs": _commands.cmd_jobs,
-        "sweep": _commands.cmd_sweep,
+        "stats": _ops.cmd_stats,
+        "jobs": _ops.cmd_jobs,
+        "sweep": _ops.cmd_sweep,
         "worker": _worker.cmd_worker,
     }
     return table[name]
@@ -177,7 +222,10 @@ def _first_line(exc: BaseException) -> str:
 
 def _migrate_hint(schema: str) -> str:
     extra = "" if schema == DEFAULT_SCHEMA else f" --schema {schema}"
-    return f"run `alkstore migrate{extra}`"
+    return (
+        f"run `alkstore migrate{extra}` first (or `alembic upgrade heads` in an application "
+        "whose own Alembic environment takes in the alkstore branch)"
+    )
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -212,13 +260,16 @@ def run(argv: Sequence[str] | None = None) -> int:
     except SchemaMissingError:
         print(
             f"alkstore: no alkstore tables in schema {schema!r} of this database: "
-            f"{_migrate_hint(schema)} first",
+            f"{_migrate_hint(schema)}",
             file=sys.stderr,
         )
         return 1
     except InvalidNameError as exc:
         print(f"alkstore: {exc}", file=sys.stderr)
         return 2
+    except AlkstoreError as exc:  # e.g. migrate refusing tables another Alembic env installed
+        print(f"alkstore: {exc}", file=sys.stderr)
+        return 1
     except DBAPIError as exc:  # the server went away mid-command, a permission, ...
         print(f"alkstore: database error: {_first_line(exc)}", file=sys.stderr)
         return 1

@@ -10,10 +10,18 @@ from dataclasses import dataclass
 from sqlalchemy import URL, Engine, create_engine
 from sqlalchemy.exc import DBAPIError
 
-from .._url import ENV_VAR, describe_connect_error, normalize_url
+from .._url import ENV_VAR, describe_connect_error, normalize_url, require_psycopg
 from ..schema import DEFAULT_SCHEMA
 
-__all__ = ["SCHEMA_VAR", "CliError", "Database", "open_engine", "resolve_schema", "resolve_url"]
+__all__ = [
+    "SCHEMA_VAR",
+    "CliError",
+    "Database",
+    "export_to_environment",
+    "open_engine",
+    "resolve_schema",
+    "resolve_url",
+]
 
 SCHEMA_VAR = "ALKSTORE_SCHEMA"
 # Without it an unroutable host hangs for the kernel's TCP timeout (minutes).
@@ -59,7 +67,8 @@ def resolve_url(option: str | None, *, required: bool = True) -> Database | None
             code=2,
         )
     try:
-        return Database(normalize_url(raw.strip(), source=source), source)
+        url = normalize_url(raw.strip(), source=source)
+        return Database(require_psycopg(url, source=source, who="the alkstore command"), source)
     except ValueError as exc:  # make_url's own ValueErrors (a bad port) land here too
         message = str(exc)
         if source not in message:
@@ -90,3 +99,13 @@ def open_engine(database: Database) -> Iterator[Engine]:
         yield engine
     finally:
         engine.dispose()
+
+
+def export_to_environment(database: Database, schema: str) -> None:
+    """Make ``--database-url``/``--schema`` reach the user's module.
+
+    ``alkstore worker`` and ``--app`` import the application's code, which
+    typically builds its own Store from these variables.
+    """
+    os.environ[ENV_VAR] = database.url.render_as_string(hide_password=False)
+    os.environ[SCHEMA_VAR] = schema

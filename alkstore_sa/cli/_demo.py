@@ -18,17 +18,17 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.schema import DropSchema
 
-from ..demo.receipts import SHOP_SCHEMA, Customer, ReceiptsApp, customers
-from ..schema import DEFAULT_SCHEMA, dead_jobs
+from .._migrate import upgrade
+from ..demo import receipts
+from ..demo.receipts import QUEUE, SHOP_SCHEMA, Customer, ReceiptsApp, customers
+from ..schema import DEFAULT_SCHEMA, dead_jobs, jobs
 from ..store import Store
 from ..worker import Worker
-from ._commands import queue_counts
 from ._db import Database, open_engine
 from ._embedded import throwaway_postgres
-from ._migrate import migrate
 from ._progress import Progress
 
 __all__ = ["cmd_demo"]
@@ -85,9 +85,13 @@ def _produce(app: ReceiptsApp, shoppers: list[Customer], run: Run, worker: Worke
 
 
 def _counts(engine: Engine) -> dict[str, int]:
+    """The demo queue's rows: ``live`` (still queued or running) and ``dead``, one snapshot."""
+    live = select(func.count()).select_from(jobs).where(jobs.c.queue == QUEUE)
+    dead = select(func.count()).select_from(dead_jobs).where(dead_jobs.c.queue == QUEUE)
     with engine.connect() as conn:
         mapped = conn.execution_options(schema_translate_map={DEFAULT_SCHEMA: DEMO_SCHEMA})
-        return queue_counts(mapped, "receipts")["receipts"]
+        row = mapped.execute(select(live.scalar_subquery(), dead.scalar_subquery())).one()
+    return {"live": row[0], "dead": row[1]}
 
 
 def _monitor(app: ReceiptsApp, engine: Engine, run: Run, worker: Worker, deadline: float) -> None:
@@ -146,11 +150,11 @@ def _report(app: ReceiptsApp, engine: Engine, run: Run, concurrency: int) -> tup
         mapped = conn.execution_options(schema_translate_map={DEFAULT_SCHEMA: DEMO_SCHEMA})
         dead_rows = mapped.execute(
             select(dead_jobs.c.id, dead_jobs.c.last_error)
-            .where(dead_jobs.c.queue == "receipts")
+            .where(dead_jobs.c.queue == QUEUE)
             .order_by(dead_jobs.c.id)
             .limit(3)
         ).all()
-    left = counts["pending"] + counts["processing"]
+    left = counts["live"]
     consistent = run.placed == sent + counts["dead"] and left == 0
     rows = [
         ("orders placed", f"{run.placed}  (order + receipt job in one transaction)"),
@@ -183,6 +187,24 @@ def _report(app: ReceiptsApp, engine: Engine, run: Run, concurrency: int) -> tup
     return "\n".join(lines), consistent
 
 
+def _next_steps() -> str:
+    """Where the demo's code is, and three commands to carry on with."""
+    steps = [
+        ("alkstore migrate", "install the store's tables in your database"),
+        ("alkstore enqueue emails --payload hello", "add a job; prints its id"),
+        ("alkstore stats", "every queue's counts (`alkstore jobs emails` lists them)"),
+    ]
+    width = max(len(cmd) for cmd, _ in steps)
+    return "\n".join(
+        [
+            "",
+            f"the demo's code: {receipts.__file__}",
+            "next, with ALKSTORE_DATABASE_URL=postgresql+psycopg://user:password@host/dbname:",
+            *(f"  {cmd:<{width}}  # {what}" for cmd, what in steps),
+        ]
+    )
+
+
 def _drop_demo_schemas(engine: Engine, shop_schema: str) -> None:
     with engine.begin() as conn:
         for name in (shop_schema, DEMO_SCHEMA):
@@ -209,7 +231,8 @@ def cmd_demo(args: argparse.Namespace, database: Database | None, schema: str) -
         with open_engine(db) as probe:
             if not throwaway:  # a leftover from an interrupted run would skew the counts
                 _drop_demo_schemas(probe, SHOP_SCHEMA)
-            migrate(probe, DEMO_SCHEMA)
+            with probe.connect() as conn:
+                upgrade(conn, DEMO_SCHEMA)
         # Handlers each hold a session; plus the producer, the monitor, the listener.
         pool_size = args.concurrency + PRODUCERS + 4  # + monitor, listener, claims
         engine = create_engine(db.url, pool_size=pool_size, max_overflow=4)
@@ -259,6 +282,8 @@ def _drive(app: ReceiptsApp, engine: Engine, args: argparse.Namespace) -> int:
         raise run.error
     report, consistent = _report(app, engine, run, args.concurrency)
     print(report, flush=True)
+    if run.drained:
+        print(_next_steps(), flush=True)
     if not run.drained:
         interrupted = time.perf_counter() < run.started_at + deadline_s
         why = "interrupted" if interrupted else f"did not drain within {deadline_s:.0f} s"

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
+from collections.abc import Mapping
+from typing import Any
 
 from ._db import CliError
 
-__all__ = ["load_object"]
+__all__ = ["call_factory", "load_object"]
 
 
 def load_object(spec: str) -> object:
@@ -42,3 +45,41 @@ def load_object(spec: str) -> object:
             ) from None
         done.append(part)
     return obj
+
+
+def call_factory(
+    spec: str,
+    factory: Any,
+    wanted: str,
+    *,
+    kwargs: Mapping[str, Any] | None = None,
+    label: str = "",
+) -> object:
+    """Call the function ``spec`` names to make a ``wanted``; refuse one that needs arguments.
+
+    ``alkstore worker myapp.tasks:send_email`` names a handler, which takes a
+    job: calling it would end in a ``TypeError`` traceback from the user's
+    code.  Its signature tells, before the call, that it is not a factory.
+    """
+    kwargs = dict(kwargs or {})
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # no signature to read (some builtins): just call it
+        return factory(**kwargs)
+    try:
+        signature.bind(**kwargs)
+    except TypeError:
+        name = getattr(factory, "__name__", type(factory).__name__)
+        bare = signature.replace(
+            parameters=[
+                p.replace(annotation=p.empty, default=p.empty)
+                for p in signature.parameters.values()
+            ],
+            return_annotation=signature.empty,
+        )
+        raise CliError(
+            f"{label}{spec!r} is {name}{bare}, a function that needs arguments: name {wanted}, "
+            "or a function returning one that can be called without arguments",
+            code=2,
+        ) from None
+    return factory(**kwargs)

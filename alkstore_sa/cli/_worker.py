@@ -6,16 +6,16 @@ import argparse
 import asyncio
 import inspect
 import logging
-import os
 from typing import Any
 
-from .._url import ENV_VAR
 from ..store import Store
 from ..worker import AsyncWorker, Worker
-from ._db import SCHEMA_VAR, CliError, Database, open_engine
-from ._loader import load_object
+from ._db import CliError, Database, export_to_environment, open_engine
+from ._loader import call_factory, load_object
 
-__all__ = ["cmd_worker", "setup_logging"]
+__all__ = ["WANTED", "cmd_worker", "resolve_worker", "setup_logging"]
+
+WANTED = "a Worker or AsyncWorker (for example myapp.tasks:worker)"
 
 log = logging.getLogger("alkstore.cli")
 
@@ -51,7 +51,7 @@ def resolve_worker(spec: str, concurrency: int | None) -> Worker | AsyncWorker:
                 code=2,
             )
         kwargs = {"concurrency": concurrency} if concurrency and _accepts_concurrency(obj) else {}
-        made = obj(**kwargs)
+        made = call_factory(spec, obj, WANTED, kwargs=kwargs)
         if not isinstance(made, Worker | AsyncWorker):
             raise CliError(
                 f"{spec!r} returned a {type(made).__name__}, not a Worker or AsyncWorker", code=2
@@ -73,10 +73,7 @@ def _preflight(database: Database, schema: str) -> None:
 def cmd_worker(args: argparse.Namespace, database: Database, schema: str) -> int:
     setup_logging(args.log_level)
     _preflight(database, schema)
-    # The user's module builds its own Store, typically from these variables:
-    # make `--database-url/--schema` reach it.
-    os.environ[ENV_VAR] = database.url.render_as_string(hide_password=False)
-    os.environ[SCHEMA_VAR] = schema
+    export_to_environment(database, schema)
     worker = resolve_worker(args.target, args.concurrency)
     log.info("running %s; SIGTERM or Ctrl-C stops it gracefully", args.target)
     if isinstance(worker, AsyncWorker):

@@ -1,0 +1,226 @@
+"""The operations commands: stats, jobs, sweep (O8).
+
+What they read comes from ``_queries`` (to become ``store.stats()``,
+``queue.jobs()`` and ``store.queue_names()``); this module parses, prints
+and loops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from .._job import Job
+from .._opts import QueueOpts
+from ..store import Store
+from ._app import App, load_app, opts_for, warn_undeclared
+from ._commands import queue_name
+from ._db import CliError, Database, open_engine
+from ._queries import STATS_FIELDS, list_jobs, queue_names, queue_stats
+
+__all__ = ["cmd_jobs", "cmd_stats", "cmd_sweep", "job_json", "stats_json"]
+
+# Erase the screen and home the cursor: `--watch` on a terminal redraws in place.
+_CLEAR = "\x1b[H\x1b[2J"
+
+
+def _names(raw: Sequence[str]) -> list[str]:
+    # Each name once, in the order given.
+    return list(dict.fromkeys(queue_name(n) for n in raw))
+
+
+def _app(args: argparse.Namespace, database: Database, schema: str) -> App | None:
+    return None if args.app is None else load_app(args.app, database, schema)
+
+
+# --- stats ------------------------------------------------------------------------------
+
+
+def stats_json(stats: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{queue: {field: value}}`` with QueueStats' fields (O5)."""
+    return {name: {f: getattr(s, f) for f in STATS_FIELDS} for name, s in stats.items()}
+
+
+def _age(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def _stats_table(stats: Mapping[str, Any], schema: str) -> str:
+    if not stats:
+        return f"no queues in schema {schema!r}"
+    # `paused` is shown once the library knows it (O4); until then it is None.
+    show_paused = any(s.paused is not None for s in stats.values())
+    header = ["queue", "due", "scheduled", "processing", "lapsed", "expired", "dead", "oldest due"]
+    if show_paused:
+        header.append("paused")
+    rows = []
+    for name, s in stats.items():
+        oldest = _age(s.oldest_due_age) if s.due else "-"
+        row = [name, *(str(getattr(s, f)) for f in STATS_FIELDS[:6]), oldest]
+        if show_paused:
+            row.append("-" if s.paused is None else "yes" if s.paused else "no")
+        rows.append(row)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        first = f"{cells[0]:<{widths[0]}}"
+        rest = (f"{c:>{w}}" for c, w in zip(cells[1:], widths[1:], strict=True))
+        return "  ".join([first, *rest])
+
+    return "\n".join(line(r) for r in [header, *rows])
+
+
+def _watch(draw: Callable[[], str], interval: float, as_json: bool) -> int:
+    """Print ``draw()`` every ``interval`` seconds until Ctrl-C, which ends it with status 0."""
+    tty = sys.stdout.isatty() and not as_json
+    try:
+        while True:
+            text = draw()
+            if tty:
+                stamp = datetime.now().astimezone().isoformat(timespec="seconds")
+                head = f"every {interval:g}s, Ctrl-C to stop   {stamp}\n\n"
+                sys.stdout.write(_CLEAR + head + text + "\n")
+            else:
+                # A pipe or a log: one document (or table, then a blank line) per round.
+                sys.stdout.write(text + ("\n" if as_json else "\n\n"))
+            sys.stdout.flush()
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_stats(args: argparse.Namespace, database: Database, schema: str) -> int:
+    named = _names(args.queues)
+    app = _app(args, database, schema)
+    warn_undeclared(app, named)
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
+
+        def draw() -> str:
+            names = named or sorted({*queue_names(store), *(app.queues if app else ())})
+            stats = queue_stats(store, names)
+            if args.json:
+                return json.dumps(stats_json(stats))
+            return _stats_table(stats, schema)
+
+        if args.watch is not None:
+            return _watch(draw, args.watch, args.json)
+        print(draw())
+    return 0
+
+
+# --- jobs -------------------------------------------------------------------------------
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def job_json(job: Job) -> dict[str, object]:
+    """A ``Job`` as JSON: its fields, the payload as base64, times as ISO 8601."""
+    return {f.name: _json_value(getattr(job, f.name)) for f in dataclasses.fields(job)}
+
+
+def _when(value: datetime | None) -> str:
+    return "-" if value is None else value.isoformat(timespec="seconds")
+
+
+def _error(text: str | None, width: int = 60) -> str:
+    if not text:
+        return ""
+    one_line = " ".join(text.split())
+    return one_line if len(one_line) <= width else one_line[: width - 3] + "..."
+
+
+def _jobs_table(found: list[Job]) -> str:
+    header = ["id", "status", "attempts", "priority", "run_at", "died_at", "last_error"]
+    rows = [
+        [
+            str(j.id),
+            j.status,
+            f"{j.attempts}/{j.max_attempts}",
+            str(j.priority),
+            _when(j.run_at),
+            _when(j.died_at),
+            _error(j.last_error),
+        ]
+        for j in found
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    right = {0, 2, 3}  # numbers
+    lines = []
+    for r in [header, *rows]:
+        cells = [
+            f"{c:>{w}}" if i in right else f"{c:<{w}}"
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def cmd_jobs(args: argparse.Namespace, database: Database, schema: str) -> int:
+    name = queue_name(args.queue)
+    app = _app(args, database, schema)
+    warn_undeclared(app, [name])
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
+        found = list_jobs(
+            store.queue(name, opts_for(app, name)),
+            args.status,
+            limit=args.limit,
+            before=args.before,
+        )
+    if args.json:
+        print(json.dumps([job_json(j) for j in found]))
+    elif not found:
+        which = "" if args.status is None else f"{args.status} "
+        print(f"no {which}jobs in queue {name!r}")
+    else:
+        print(_jobs_table(found))
+    return 0
+
+
+# --- sweep ------------------------------------------------------------------------------
+
+
+def _sweep_opts(app: App | None, name: str, retention: float | None) -> QueueOpts:
+    opts = opts_for(app, name) or QueueOpts()
+    if retention is None:
+        return opts
+    try:
+        return dataclasses.replace(opts, dead_letter_retention=retention)
+    except (TypeError, ValueError) as exc:
+        raise CliError(str(exc), code=2) from None
+
+
+def cmd_sweep(args: argparse.Namespace, database: Database, schema: str) -> int:
+    named = _names(args.queues)
+    _sweep_opts(None, "", args.retention)  # a bad --retention is a usage error, before any SQL
+    app = _app(args, database, schema)
+    warn_undeclared(app, named, uses_opts=True)
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
+        names = named or queue_names(store)
+        if not names:
+            print(f"no queues in schema {schema!r}")
+        for name in names:
+            result = store.queue(name, _sweep_opts(app, name, args.retention)).sweep_expired()
+            print(f"{name}: expired {result.expired}, purged {result.purged}")
+    return 0
