@@ -63,10 +63,7 @@ def warn_undeclared(app: App | None, names: Iterable[str], *, uses_opts: bool = 
 
 
 def _declared(obj: Worker | AsyncWorker) -> list[Queue | AsyncQueue]:
-    # The Worker classes keep their queues as (queue handle, HandlerSpec)
-    # pairs in `_queues`, with no public accessor yet: read it here only.
-    pairs: list[tuple[Queue | AsyncQueue, object]] = list(obj._queues)
-    return [queue for queue, _ in pairs]
+    return list(obj.queues)
 
 
 def load_app(spec: str, database: Database, schema: str) -> App:
