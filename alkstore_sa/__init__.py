@@ -9,7 +9,7 @@ from ._errors import (
     SchemaMissingError,
     StoreClosedError,
 )
-from ._job import Job, SweepResult
+from ._job import Job, QueueStats, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
 from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
 from .store import JobHandle, Queue, Store
@@ -29,6 +29,7 @@ __all__ = [
     "JobHandle",
     "Queue",
     "QueueOpts",
+    "QueueStats",
     "RetryJob",
     "SchemaMissingError",
     "Store",

@@ -33,7 +33,7 @@ from sqlalchemy import Connection, Executable
 from ._sql._render import rendered
 
 if TYPE_CHECKING:
-    from ._core import QueueAddress
+    from ._core import StoreAddress
 
 __all__ = ["fetch", "unobserved"]
 
@@ -41,7 +41,7 @@ Row = Sequence[Any]
 
 
 def fetch(
-    conn: Connection, address: QueueAddress, stmt: Executable, params: dict[str, Any]
+    conn: Connection, address: StoreAddress, stmt: Executable, params: dict[str, Any]
 ) -> list[Row]:
     """Run ``stmt`` with ``params`` on ``conn``; every row it returns, as tuples."""
     text = rendered(stmt, conn.dialect, address.schema)
