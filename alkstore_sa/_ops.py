@@ -146,6 +146,10 @@ def sweep(conn: Connection, *, address: QueueAddress, retention: timedelta | Non
 # -- the queue as a whole (O1-O6) ------------------------------------------------
 
 
+# The reads below are planned for their values every time (``custom_plan``):
+# see _execute.py -- a generic plan would scan the whole table for any queue.
+
+
 def list_jobs(
     conn: Connection,
     *,
@@ -156,7 +160,7 @@ def list_jobs(
 ) -> list[Job]:
     """O1: newest first by id; live and dead rows in ``get_job``'s row shape."""
     params = {"p_queue": address.queue, "p_status": status, "p_limit": limit, "p_before": before}
-    rows = fetch(conn, address, operations_sql.list_jobs(), params)
+    rows = fetch(conn, address, operations_sql.list_jobs(), params, custom_plan=True)
     return [Job.from_live(row[:-1], died_at=row[-1]) for row in rows]
 
 
@@ -219,16 +223,20 @@ def _stats(queue: str, row: Sequence[Any]) -> QueueStats:
 
 def stats(conn: Connection, *, address: QueueAddress) -> QueueStats:
     """O5: one statement, so one snapshot."""
-    [row] = fetch(conn, address, operations_sql.stats(), {"p_queue": address.queue})
+    [row] = fetch(
+        conn, address, operations_sql.stats(), {"p_queue": address.queue}, custom_plan=True
+    )
     return _stats(address.queue, row)
 
 
 def queue_names(conn: Connection, *, address: StoreAddress) -> list[str]:
     """O6: sorted in Python's order (code points), whatever the database's collation."""
-    return sorted(row[0] for row in fetch(conn, address, operations_sql.queue_names(), {}))
+    return sorted(
+        row[0] for row in fetch(conn, address, operations_sql.queue_names(), {}, custom_plan=True)
+    )
 
 
 def store_stats(conn: Connection, *, address: StoreAddress) -> dict[str, QueueStats]:
     """O6: every queue's stats from one statement (one snapshot for all), by sorted name."""
-    rows = fetch(conn, address, operations_sql.stats_all(), {})
+    rows = fetch(conn, address, operations_sql.stats_all(), {}, custom_plan=True)
     return {row[0]: _stats(row[0], row[1:]) for row in sorted(rows, key=lambda r: r[0])}

@@ -7,9 +7,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, Executable
+from sqlalchemy import URL, Engine, Executable, create_engine, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from alkstore_sa import EnqueueOpts, QueueStats
+from alkstore_sa import AsyncStore, EnqueueOpts, QueueStats, Store
 from alkstore_sa._sql import operations
 from alkstore_sa._sql._render import rendered
 
@@ -214,3 +215,50 @@ def test_o6_store_stats_maps_each_queue_to_its_stats(qs: Any, engine: Engine) ->
         assert _without_age(everything[q.name]) == _without_age(q.stats())
     assert everything["a"].oldest_due_age >= 0.0
     assert everything["c"] == QueueStats("c", 0, 0, 0, 0, 0, 0, 0.0, True)
+
+
+_PREPARED = "SELECT statement FROM pg_prepared_statements"
+
+
+def test_o5_stats_are_planned_for_their_queue_every_time(database_url: URL) -> None:
+    """psycopg prepares a statement after five runs, and PostgreSQL may then keep one
+    generic plan, which cannot use the partial indexes: the operations' reads are never
+    prepared, the claim still is."""
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        with Store(engine) as store:
+            q = store.queue("o5")
+            q.enqueue_many([b"x"] * 3)
+            for _ in range(8):
+                q.stats()
+                store.stats()
+                store.queue_names()
+                q.jobs()
+                q.claim_batch("w", 1)
+            with engine.connect() as conn:
+                prepared = [r[0] for r in conn.execute(text(_PREPARED))]
+    finally:
+        engine.dispose()
+    assert any("UPDATE alkstore.jobs SET status" in s for s in prepared)  # the claim
+    assert not [s for s in prepared if "pg_notify" not in s and "count(*)" in s]
+    assert not [s for s in prepared if "paused_queues" in s and "UPDATE" not in s]
+
+
+async def test_o5_async_stats_are_planned_for_their_queue_every_time(database_url: URL) -> None:
+    engine = create_async_engine(database_url, pool_size=1, max_overflow=0)
+    try:
+        store = AsyncStore(engine)
+        q = store.queue("o5")
+        await q.enqueue(b"x")
+        for _ in range(8):
+            await q.stats()
+            await store.stats()
+            await q.claim_batch("w", 1)
+        async with engine.connect() as conn:
+            prepared = [r[0] for r in await conn.execute(text(_PREPARED))]
+            threshold = (await conn.get_raw_connection()).driver_connection.prepare_threshold
+    finally:
+        await engine.dispose()
+    assert threshold == 5  # restored after each read
+    assert any("UPDATE alkstore.jobs SET status" in s for s in prepared)
+    assert not [s for s in prepared if "paused_queues" in s and "UPDATE" not in s]
