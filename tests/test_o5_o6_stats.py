@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -262,3 +264,26 @@ async def test_o5_async_stats_are_planned_for_their_queue_every_time(database_ur
     assert threshold == 5  # restored after each read
     assert any("UPDATE alkstore.jobs SET status" in s for s in prepared)
     assert not [s for s in prepared if "paused_queues" in s and "UPDATE" not in s]
+
+
+def test_o5_bench_case_st_runs_and_stays_out_of_the_default_run(
+    pg_server: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``python -m bench --only ST`` measures stats() beside a big queue (tiny sizes here)."""
+    from bench import cli
+
+    assert "ST" in cli.CASES and "ST" not in cli.DEFAULT_CASES
+    url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
+    monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
+    out = tmp_path / "st.json"
+    argv = ["--only", "ST", "--st-live", "2000", "--st-dead", "200", "--json", str(out)]
+    assert cli.main(argv) == 0
+    doc = json.loads(out.read_text())
+    shapes = {f["shape"] for f in doc["figures"] if f["case"] == "ST"}
+    assert "q.stats(), small queue beside it" in shapes and len(shapes) == 4
+    assert all(f["extra"]["p50_ms"] > 0 for f in doc["figures"])
+    assert "ST small queue stats() p50" in {t["name"] for t in doc["targets"]}
+    assert "ST small queue stats() p50" in capsys.readouterr().out
