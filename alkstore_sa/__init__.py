@@ -9,7 +9,7 @@ from ._errors import (
     SchemaMissingError,
     StoreClosedError,
 )
-from ._job import Job, SweepResult
+from ._job import Job, QueueStats, SweepResult
 from ._migrate import migrate
 from ._opts import EnqueueOpts, QueueOpts
 from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
@@ -30,6 +30,7 @@ __all__ = [
     "JobHandle",
     "Queue",
     "QueueOpts",
+    "QueueStats",
     "RetryJob",
     "SchemaMissingError",
     "Store",

@@ -24,7 +24,7 @@ from sqlalchemy import Connection
 from . import _ops
 from . import _validate as v
 from ._errors import HandleSpentError
-from ._job import Job, SweepResult
+from ._job import JOB_STATUSES, Job, JobStatus, QueueStats, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
 
 T = TypeVar("T")
@@ -48,12 +48,10 @@ def channel_for(schema: str, queue: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class QueueAddress:
-    """Where a queue's statements go: its schema, name and wake channel."""
+class StoreAddress:
+    """Where a store's statements go: its schema (O6's store-wide reads need no more)."""
 
     schema: str
-    queue: str
-    channel: str
 
     @property
     def execution_options(self) -> dict[str, Any]:
@@ -66,6 +64,14 @@ class QueueAddress:
 
 
 _UNTRANSLATED: dict[str, Any] = {"schema_translate_map": None}
+
+
+@dataclass(frozen=True, slots=True)
+class QueueAddress(StoreAddress):
+    """Where a queue's statements go: its schema, name and wake channel."""
+
+    queue: str
+    channel: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +192,82 @@ class QueueCore:
             address=self.address,
             retention=None if retention is None else _seconds(retention),
         )
+
+    # -- operations on the queue as a whole (O1-O5) ---------------------------
+
+    def jobs(self, status: object, limit: object, before: object) -> Call[list[Job]]:
+        """O1: validated status, limit (1..1000) and keyset start."""
+        return partial(
+            _ops.list_jobs,
+            address=self.address,
+            status=_status(status),
+            limit=_bounded(limit, "limit", MAX_LIST),
+            before=None if before is None else v.job_id(before),
+        )
+
+    def requeue_dead(self, job_ids: object, limit: object) -> Call[int] | None:
+        """O2; ``None`` for an empty ``job_ids``: the face returns 0 without SQL."""
+        size = _bounded(limit, "limit", MAX_REQUEUE)
+        ids = None if job_ids is None else v.job_ids(job_ids)
+        if ids is not None and not ids:
+            return None
+        return partial(_ops.requeue_dead, address=self.address, job_ids=ids, limit=size)
+
+    def purge_dead(self, job_ids: object, older_than: object) -> Call[int] | None:
+        """O3; ``None`` for an empty ``job_ids``: the face returns 0 without SQL."""
+        age = None if older_than is None else v.duration(older_than, "older_than", allow_zero=True)
+        ids = None if job_ids is None else v.job_ids(job_ids)
+        if ids is not None and not ids:
+            return None
+        return partial(
+            _ops.purge_dead,
+            address=self.address,
+            job_ids=ids,
+            older_than=None if age is None else _seconds(age),
+        )
+
+    def pause(self) -> Call[bool]:
+        return partial(_ops.pause, address=self.address)
+
+    def resume(self) -> Call[bool]:
+        return partial(_ops.resume, address=self.address)
+
+    def stats(self) -> Call[QueueStats]:
+        return partial(_ops.stats, address=self.address)
+
+
+# O1 and O2 bound what one call reads or moves.
+MAX_LIST = 1000
+MAX_REQUEUE = 10_000
+
+
+def _bounded(value: object, what: str, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    if not 1 <= value <= high:
+        raise ValueError(f"{what} must be between 1 and {high}, got {value}")
+    return value
+
+
+def _status(value: object) -> JobStatus | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"status must be a str or None, got {type(value).__name__}")
+    for known in JOB_STATUSES:
+        if value == known:
+            return known
+    raise ValueError(f"status must be one of {', '.join(JOB_STATUSES)} or None, got {value!r}")
+
+
+def queue_names(schema: str) -> Call[list[str]]:
+    """O6: every queue with a live row, a dead row or a pause."""
+    return partial(_ops.queue_names, address=StoreAddress(schema))
+
+
+def store_stats(schema: str) -> Call[dict[str, QueueStats]]:
+    """O6: every such queue's stats, in one snapshot."""
+    return partial(_ops.store_stats, address=StoreAddress(schema))
 
 
 class HandleCore:

@@ -23,11 +23,21 @@ bound parameters and the same psycopg cursor call at the bottom:
 A statement the renderer cannot reproduce runs through ``Connection.execute``,
 and so does every statement when a private SQLAlchemy member the two shortcuts
 rely on is missing (``_sa_internals.py``, the only module that touches them).
+
+``custom_plan=True`` keeps psycopg from preparing the statement, so
+PostgreSQL plans it for its values on every run.  A prepared statement may
+switch to one generic plan after five runs, and a generic plan cannot use
+the partial indexes (their predicates name a status the plan only sees as a
+parameter): the operations' reads (stats, listings, queue names) would then
+scan the whole table for every queue once five runs on a big queue made the
+generic plan look as cheap.  The claim and the handle statements are
+prepared as before (their custom plans stay far cheaper than a generic one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Executable
@@ -36,7 +46,7 @@ from ._sa_internals import fast_path, raise_dbapi_error, unobserved
 from ._sql._render import rendered
 
 if TYPE_CHECKING:
-    from ._core import QueueAddress
+    from ._core import StoreAddress
 
 __all__ = ["fetch"]
 
@@ -44,9 +54,35 @@ Row = Sequence[Any]
 
 
 def fetch(
-    conn: Connection, address: QueueAddress, stmt: Executable, params: dict[str, Any]
+    conn: Connection,
+    address: StoreAddress,
+    stmt: Executable,
+    params: dict[str, Any],
+    *,
+    custom_plan: bool = False,
 ) -> list[Row]:
     """Run ``stmt`` with ``params`` on ``conn``; every row it returns, as tuples."""
+    if custom_plan:
+        with _never_prepared(conn):
+            return _fetch(conn, address, stmt, params)
+    return _fetch(conn, address, stmt, params)
+
+
+@contextmanager
+def _never_prepared(conn: Connection) -> Iterator[None]:
+    """psycopg prepares nothing inside (its threshold restored after)."""
+    driver = conn.connection.driver_connection
+    before = driver.prepare_threshold  # type: ignore[union-attr]
+    driver.prepare_threshold = None  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        driver.prepare_threshold = before  # type: ignore[union-attr]
+
+
+def _fetch(
+    conn: Connection, address: StoreAddress, stmt: Executable, params: dict[str, Any]
+) -> list[Row]:
     text = rendered(stmt, conn.dialect, address.schema) if fast_path(conn) else None
     if text is None:
         result = conn.execute(stmt, params, execution_options=address.execution_options)

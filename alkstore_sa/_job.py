@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
-__all__ = ["LIVE_COLUMNS", "Job", "JobStatus", "SweepResult"]
+__all__ = ["JOB_STATUSES", "LIVE_COLUMNS", "Job", "JobStatus", "QueueStats", "SweepResult"]
 
 JobStatus = Literal["pending", "processing", "dead"]
+JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "processing", "dead")
 
 # The live table's columns in table order: what ``RETURNING jobs.*`` yields.
 LIVE_COLUMNS = (
@@ -97,3 +98,26 @@ class SweepResult(NamedTuple):
 
     expired: int
     purged: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStats:
+    """One queue's counts, read in one snapshot (O5).
+
+    ``due``: pending, due, not expired.  ``scheduled``: pending with a future
+    ``run_at``, not expired.  ``processing``: every processing row, of which
+    ``lapsed`` are past their claim deadline.  ``expired``: live rows past
+    ``expires_at`` awaiting a sweep (a processing one counts in both).
+    ``dead``: dead letters.  ``oldest_due_age``: seconds since the oldest due
+    row's ``run_at`` (0.0 when none is due).  ``paused``: a pause is in force.
+    """
+
+    queue: str
+    due: int
+    scheduled: int
+    processing: int
+    lapsed: int
+    expired: int
+    dead: int
+    oldest_due_age: float
+    paused: bool

@@ -17,10 +17,10 @@ from sqlalchemy import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from . import _connect
+from . import _connect, _core
 from ._core import Call, HandleCore, QueueCore
 from ._faces import HandleFace, QueueFace
-from ._job import Job, SweepResult
+from ._job import Job, JobStatus, QueueStats, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
 from .schema import DEFAULT_SCHEMA
 
@@ -61,6 +61,14 @@ class AsyncStore:
         """A handle on queue ``name``; not awaitable: it touches no database (Q1)."""
         self._life.check_open()
         return AsyncQueue(self, self._life, QueueCore(self.schema, name, opts))
+
+    async def queue_names(self) -> list[str]:
+        """Every queue with a live row, a dead row or a pause in force, sorted (O6)."""
+        return await self._run(_core.queue_names(self.schema))
+
+    async def stats(self) -> dict[str, QueueStats]:
+        """``queue_names()`` mapped to each queue's stats, read in one snapshot (O6)."""
+        return await self._run(_core.store_stats(self.schema))
 
     async def close(self) -> None:
         if self._life.close() and self._owns_engine:
@@ -157,6 +165,46 @@ class AsyncQueue(QueueFace[AsyncStore]):
     async def sweep_expired(self) -> SweepResult:
         self._life.check_open()
         return await self._store._run(self._core.sweep_expired(), atomic=True)
+
+    async def jobs(
+        self, status: JobStatus | None = None, *, limit: int = 100, before: int | None = None
+    ) -> list[Job]:
+        self._life.check_open()
+        return await self._store._run(self._core.jobs(status, limit, before))
+
+    async def requeue_dead(
+        self,
+        job_ids: Iterable[int] | None = None,
+        *,
+        limit: int = 1000,
+        session: AsyncSessionLike | None = None,
+    ) -> int:
+        self._life.check_open()
+        call = self._core.requeue_dead(job_ids, limit)
+        return 0 if call is None else await self._store._run(call, session)
+
+    async def purge_dead(
+        self,
+        job_ids: Iterable[int] | None = None,
+        *,
+        older_than: float | timedelta | None = None,
+        session: AsyncSessionLike | None = None,
+    ) -> int:
+        self._life.check_open()
+        call = self._core.purge_dead(job_ids, older_than)
+        return 0 if call is None else await self._store._run(call, session)
+
+    async def pause(self, *, session: AsyncSessionLike | None = None) -> bool:
+        self._life.check_open()
+        return await self._store._run(self._core.pause(), session)
+
+    async def resume(self, *, session: AsyncSessionLike | None = None) -> bool:
+        self._life.check_open()
+        return await self._store._run(self._core.resume(), session)
+
+    async def stats(self) -> QueueStats:
+        self._life.check_open()
+        return await self._store._run(self._core.stats())
 
 
 class AsyncJobHandle(HandleFace[AsyncStore]):

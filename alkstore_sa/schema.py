@@ -6,7 +6,8 @@ migrations create the same tables in whichever schema they are told.
 
 The hot table, ``jobs``, holds only live work (pending or processing): an
 ack deletes the row and a dead job moves to ``dead_jobs``, so the claim
-indexes stay small however much history a queue has.
+indexes stay small however much history a queue has.  ``paused_queues``
+holds one row per paused queue (O4), read by every claim.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sqlalchemy import (
     text,
 )
 
-__all__ = ["DEFAULT_SCHEMA", "dead_jobs", "jobs", "metadata"]
+__all__ = ["DEFAULT_SCHEMA", "dead_jobs", "jobs", "metadata", "paused_queues"]
 
 DEFAULT_SCHEMA = "alkstore"
 
@@ -111,4 +112,13 @@ dead_jobs = Table(
     Column("died_at", _TZ, nullable=False),
     # Retention purges walk this (Q25).
     Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
+)
+
+# O4: a row per paused queue; every claim looks its queue up here (by the
+# primary key) in the same statement, so a pause is seen at once.
+paused_queues = Table(
+    "paused_queues",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("paused_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
 )

@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 from sqlalchemy import URL, Connection, Engine, create_engine
 from sqlalchemy.orm import Session
 
-from . import _connect
+from . import _connect, _core
 from ._core import Call, HandleCore, QueueCore
 from ._faces import HandleFace, QueueFace
-from ._job import Job, SweepResult
+from ._job import Job, JobStatus, QueueStats, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
 from .schema import DEFAULT_SCHEMA
 
@@ -56,6 +56,14 @@ class Store:
         """A handle on queue ``name``; validates, touches no database (Q1)."""
         self._life.check_open()
         return Queue(self, self._life, QueueCore(self.schema, name, opts))
+
+    def queue_names(self) -> list[str]:
+        """Every queue with a live row, a dead row or a pause in force, sorted (O6)."""
+        return self._run(_core.queue_names(self.schema))
+
+    def stats(self) -> dict[str, QueueStats]:
+        """``queue_names()`` mapped to each queue's stats, read in one snapshot (O6)."""
+        return self._run(_core.store_stats(self.schema))
 
     def close(self) -> None:
         if self._life.close() and self._owns_engine:
@@ -141,6 +149,46 @@ class Queue(QueueFace[Store]):
     def sweep_expired(self) -> SweepResult:
         self._life.check_open()
         return self._store._run(self._core.sweep_expired(), atomic=True)
+
+    def jobs(
+        self, status: JobStatus | None = None, *, limit: int = 100, before: int | None = None
+    ) -> list[Job]:
+        self._life.check_open()
+        return self._store._run(self._core.jobs(status, limit, before))
+
+    def requeue_dead(
+        self,
+        job_ids: Iterable[int] | None = None,
+        *,
+        limit: int = 1000,
+        session: SyncSession | None = None,
+    ) -> int:
+        self._life.check_open()
+        call = self._core.requeue_dead(job_ids, limit)
+        return 0 if call is None else self._store._run(call, session)
+
+    def purge_dead(
+        self,
+        job_ids: Iterable[int] | None = None,
+        *,
+        older_than: float | timedelta | None = None,
+        session: SyncSession | None = None,
+    ) -> int:
+        self._life.check_open()
+        call = self._core.purge_dead(job_ids, older_than)
+        return 0 if call is None else self._store._run(call, session)
+
+    def pause(self, *, session: SyncSession | None = None) -> bool:
+        self._life.check_open()
+        return self._store._run(self._core.pause(), session)
+
+    def resume(self, *, session: SyncSession | None = None) -> bool:
+        self._life.check_open()
+        return self._store._run(self._core.resume(), session)
+
+    def stats(self) -> QueueStats:
+        self._life.check_open()
+        return self._store._run(self._core.stats())
 
 
 class JobHandle(HandleFace[Store]):

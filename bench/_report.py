@@ -137,6 +137,18 @@ def targets(figs: Figures) -> list[Target]:
                 True,
             )
         )
+    small = f("ST", "alkstore", "q.stats(), small queue")
+    if small is not None:  # ST runs only when asked for (--only ST)
+        out.append(
+            Target(
+                "ST small queue stats() p50",
+                "<= 5 ms beside a queue of 1M live + 100k dead rows",
+                small.extra.get("p50_ms"),
+                5.0,
+                False,
+                unit="ms",
+            )
+        )
     return out
 
 

@@ -3,9 +3,11 @@
 Cases: E1 enqueue one job per transaction; E2 ``enqueue_many`` x
 1,000; D1 drain by 4 processes with claim_batch(n) + ack_batch at n = 10
 and 100; D2 drain by one ``Worker``; L1 wake latency; S1 = D1 with a big
-backlog of future jobs and dead rows.  Baselines in the same run: raw
-psycopg SQL and pgqueuer (the ``bench`` extra).  Prints a table of figures
-and ratios, and writes JSON with ``--json``.
+backlog of future jobs and dead rows; ST ``stats()`` of a queue of 1M live
+and 100k dead rows and of a small queue beside it (only with ``--only
+ST``: its setup takes a while).  Baselines in the same run: raw psycopg
+SQL and pgqueuer (the ``bench`` extra).  Prints a table of figures and
+ratios, and writes JSON with ``--json``.
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ from importlib import metadata as md
 from pathlib import Path
 from typing import Any
 
-from . import _cases, _db, _drain, _pgq, _report, _worker
+from . import _cases, _db, _drain, _pgq, _report, _stats, _worker
 from ._progress import say
 
-CASES = ("E1", "E2", "D1", "D2", "L1", "S1")
+CASES = ("E1", "E2", "D1", "D2", "L1", "S1", "ST")
+# Run without --only: ST's million rows take longer to make than it measures.
+DEFAULT_CASES = ("E1", "E2", "D1", "D2", "L1", "S1")
 
 
 @dataclass
@@ -39,21 +43,49 @@ class Sizes:
     l1: int = 200  # wake-latency samples
     backlog: int = 1_000_000  # S1 future jobs
     dead: int = 100_000  # S1 dead rows
+    st_live: int = 1_000_000  # ST: the big queue's live rows
+    st_dead: int = 100_000  # ST: its dead rows
 
     @classmethod
     def quick(cls) -> Sizes:
-        return cls(e1=1_000, e2_batches=10, drain=5_000, l1=100, backlog=100_000, dead=10_000)
+        return cls(
+            e1=1_000,
+            e2_batches=10,
+            drain=5_000,
+            l1=100,
+            backlog=100_000,
+            dead=10_000,
+            st_live=100_000,
+            st_dead=10_000,
+        )
+
+
+_SIZE_KNOBS = (
+    "e1",
+    "e2_batches",
+    "e2_size",
+    "procs",
+    "l1",
+    "backlog",
+    "dead",
+    "st_live",
+    "st_dead",
+)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", help="comma-separated cases to run, e.g. E1,D1 (default: all)")
+    p.add_argument(
+        "--only",
+        help=f"comma-separated cases to run, e.g. E1,D1 (default: {','.join(DEFAULT_CASES)}; "
+        "ST only when named)",
+    )
     p.add_argument("--jobs", type=int, help="jobs per drain (D1, D2, S1; default 20,000)")
     p.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run in ~1 min")
     p.add_argument("--json", type=Path, help="write the figures and targets to this file")
     p.add_argument("--no-pgqueuer", action="store_true", help="skip the pgqueuer baselines")
     g = p.add_argument_group("sizes (override --quick/defaults)")
-    for name in ("e1", "e2_batches", "e2_size", "procs", "l1", "backlog", "dead"):
+    for name in _SIZE_KNOBS:
         g.add_argument(f"--{name.replace('_', '-')}", type=int, dest=name)
     return p.parse_args(argv)
 
@@ -62,7 +94,7 @@ def _sizes(args: argparse.Namespace) -> Sizes:
     s = Sizes.quick() if args.quick else Sizes()
     if args.jobs:
         s.drain = args.jobs
-    for name in ("e1", "e2_batches", "e2_size", "procs", "l1", "backlog", "dead"):
+    for name in _SIZE_KNOBS:
         if getattr(args, name) is not None:
             setattr(s, name, getattr(args, name))
     return s
@@ -122,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     args = _parse(argv)
     sizes = _sizes(args)
-    only = {c.strip().upper() for c in args.only.split(",")} if args.only else set(CASES)
+    only = {c.strip().upper() for c in args.only.split(",")} if args.only else set(DEFAULT_CASES)
     unknown = only - set(CASES)
     if unknown:
         sys.stderr.write(f"unknown case(s): {', '.join(sorted(unknown))}; known: {CASES}\n")
@@ -142,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
         steps = _plan(db, sizes, only, pgq is not None)
         started = time.perf_counter()
         for i, (label, step) in enumerate(steps, 1):
-            figs.add(step(f"[{i}/{len(steps)}] {label}"))
+            made = step(f"[{i}/{len(steps)}] {label}")
+            for fig in made if isinstance(made, list) else [made]:
+                figs.add(fig)
         meta["suite_seconds"] = round(time.perf_counter() - started, 1)
     finally:
         db.drop()
@@ -154,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-Step = Callable[[str], _report.Figure]
+Step = Callable[[str], _report.Figure | list[_report.Figure]]
 
 
 def _plan(db: _db.Database, s: Sizes, only: set[str], pgq: bool) -> list[tuple[str, Step]]:
@@ -164,7 +198,7 @@ def _plan(db: _db.Database, s: Sizes, only: set[str], pgq: bool) -> list[tuple[s
         steps.append((label, fn))
 
     def fresh(fn: Step) -> Step:
-        def run(label: str) -> _report.Figure:
+        def run(label: str) -> _report.Figure | list[_report.Figure]:
             _cases.reset(db)
             return fn(label)
 
@@ -221,6 +255,8 @@ def _plan(db: _db.Database, s: Sizes, only: set[str], pgq: bool) -> list[tuple[s
 
                 add(f"S1 {system} n={n}", s1)
                 first = False
+    if "ST" in only:
+        add("ST stats()", fresh(lambda lb: _stats.measure(db, s.st_live, s.st_dead, lb)))
     return steps
 
 

@@ -63,6 +63,9 @@ DELAYED = EnqueueOpts(delay=33331.5)
 AT = EnqueueOpts(run_at=RUN_AT)
 HEARTBEAT_EXTEND = 22221.75
 RETRY_DELAY = 11111.5
+LIST_LIMIT = 743
+REQUEUE_LIMIT = 9431
+OLDER_THAN = 44441.5
 
 TEXT_MARKERS = ["marker_7f3", "marker_9c1", "marker_5e2", "marker_a41", "marker_b52"]
 NUMBER_MARKERS = [
@@ -80,6 +83,9 @@ NUMBER_MARKERS = [
     "33331",
     str(UNKNOWN_ID),
     "2031",
+    "743",
+    "9431",
+    "44441",
 ]
 
 
@@ -136,6 +142,20 @@ def _exercise(qs: Any) -> Any:
     assert sorted(qs._run(core.heartbeat_claims(claims))) == sorted(i for i, _ in claims)
     assert qs._run(core.release(*claims[0])) == "released"
     assert sorted(qs._run(core.ack_claims(claims[1:]))) == sorted(i for i, _ in claims[1:])
+
+    # The operations on the queue as a whole (O1-O6).
+    assert q.jobs("dead", limit=LIST_LIMIT, before=UNKNOWN_ID)[0].id == third.id
+    assert q.jobs(limit=LIST_LIMIT)
+    assert q.requeue_dead([third.id, UNKNOWN_ID], limit=REQUEUE_LIMIT) == 1
+    assert q.requeue_dead(limit=REQUEUE_LIMIT) == 0
+    assert q.purge_dead([UNKNOWN_ID], older_than=OLDER_THAN) == 0
+    assert q.purge_dead(older_than=OLDER_THAN) == 0
+    assert q.purge_dead() == 0
+    assert q.pause() is True
+    assert q.stats().paused is True
+    assert q.resume() is True
+    assert QUEUE in qs.queue_names()
+    assert qs.stats()[QUEUE].queue == QUEUE
     return q
 
 
@@ -155,7 +175,8 @@ def test_shape_every_statement_binds_its_values_and_pastes_none(qs: Any, spy: Sq
         assert value in travelled, f"{value!r} never reached the database as a parameter"
     for seconds in (4321.25, 77771.5, 66661.5, 33331.5, HEARTBEAT_EXTEND, RETRY_DELAY, 55551.5):
         assert timedelta(seconds=seconds) in travelled
-    for number in (48213, 9137, 51977, 8123):
+    assert timedelta(seconds=OLDER_THAN) in travelled
+    for number in (48213, 9137, 51977, 8123, LIST_LIMIT, REQUEUE_LIMIT):
         assert number in travelled
 
 

@@ -157,6 +157,82 @@ def test_m1_alembic_ini_runs_the_packages_own_environment() -> None:
     assert from_code.get_revision("alkstore@head") is not None  # the branch label
 
 
+_ROWS = {
+    "jobs": text("SELECT * FROM alkstore.jobs ORDER BY id"),
+    "dead_jobs": text("SELECT * FROM alkstore.dead_jobs ORDER BY id"),
+}
+
+
+def _every_job(url: URL) -> dict[str, list[dict[str, Any]]]:
+    with connect(url) as conn:
+        return {t: [dict(r) for r in conn.execute(q).mappings()] for t, q in _ROWS.items()}
+
+
+def test_m1_upgrade_from_0001_keeps_every_job_and_so_does_the_way_back(
+    blank_database: URL,
+) -> None:
+    """0002 (paused_queues, O4) on a store in use: pending, processing and dead rows stay."""
+    cfg = alembic_config(url=blank_database)
+    command.upgrade(cfg, "alkstore_0001")
+    with connect(blank_database) as conn:
+        conn.execute(
+            text(
+                """
+                INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts,
+                    visibility_timeout, expires_at, priority)
+                SELECT 'm', decode(lpad(g::text, 4, '0'), 'hex'), statement_timestamp(), 5,
+                       interval '30 s', statement_timestamp() + interval '1 day', g % 3
+                FROM generate_series(1, 50) AS g
+                """
+            )
+        )
+        conn.execute(
+            text(
+                "UPDATE alkstore.jobs SET status = 'processing', attempts = 1, worker_id = 'w',"
+                " claim_deadline = statement_timestamp() + interval '30 s' WHERE id % 5 = 0"
+            )
+        )
+        conn.execute(
+            text(
+                """
+                WITH moved AS (DELETE FROM alkstore.jobs WHERE id % 7 = 0 RETURNING *)
+                INSERT INTO alkstore.dead_jobs (id, queue, payload, priority, run_at, attempts,
+                    max_attempts, visibility_timeout, expires_at, worker_id, claim_deadline,
+                    created_at, last_error, died_at)
+                SELECT id, queue, payload, priority, run_at, attempts, max_attempts,
+                       visibility_timeout, expires_at, worker_id, claim_deadline, created_at,
+                       'boom', statement_timestamp() FROM moved
+                """
+            )
+        )
+        conn.commit()
+    before = _every_job(blank_database)
+    statuses = {r["status"] for r in before["jobs"]}
+    assert statuses == {"pending", "processing"} and len(before["dead_jobs"]) == 7
+
+    command.upgrade(cfg, "head")
+    assert _every_job(blank_database) == before
+    assert tables_in(blank_database, DEFAULT_SCHEMA) == OUR_TABLES | {VERSION_TABLE}
+    eng = create_engine(blank_database)
+    try:
+        with Store(eng) as store:
+            q = store.queue("m")
+            assert q.pause() is True  # the new table in use
+            command.downgrade(cfg, "alkstore_0001")
+            assert _every_job(blank_database) == before
+            assert "paused_queues" not in tables_in(blank_database, DEFAULT_SCHEMA)
+            command.upgrade(cfg, "head")
+            assert _every_job(blank_database) == before
+            # A pause does not survive a downgrade (its table went); the jobs do.
+            assert q.stats().paused is False
+            handle = q.claim_one("w2")
+            assert handle is not None and handle.job.status == "processing"
+            assert q.requeue_dead() == 7
+            assert q.stats().dead == 0
+    finally:
+        eng.dispose()
+
+
 # --- M2 ----------------------------------------------------------------------
 
 

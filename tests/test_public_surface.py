@@ -26,6 +26,7 @@ CONTRACT_NAMES = {
     "JobHandle",
     "AsyncJobHandle",
     "SweepResult",
+    "QueueStats",
     "Worker",
     "AsyncWorker",
     "FailJob",
@@ -123,3 +124,25 @@ def test_async_store_queue_is_not_awaitable_but_close_is() -> None:
     # Q1: queue() touches no database, so it is a plain method on both faces.
     assert not inspect.iscoroutinefunction(AsyncStore.queue)
     assert inspect.iscoroutinefunction(AsyncStore.close)
+
+
+def test_o_operations_are_on_both_faces_with_the_spec_signatures() -> None:
+    """O1-O6: the operations the contract names, with its parameters, awaited on AsyncStore."""
+    expected = {
+        Queue: {
+            "jobs": "(self, status=None, *, limit=100, before=None)",
+            "requeue_dead": "(self, job_ids=None, *, limit=1000, session=None)",
+            "purge_dead": "(self, job_ids=None, *, older_than=None, session=None)",
+            "pause": "(self, *, session=None)",
+            "resume": "(self, *, session=None)",
+            "stats": "(self)",
+        },
+        Store: {"queue_names": "(self)", "stats": "(self)"},
+    }
+    for cls, methods in expected.items():
+        for name, shape in methods.items():
+            params = inspect.signature(getattr(cls, name)).parameters.values()
+            bare = [p.replace(annotation=inspect.Parameter.empty) for p in params]
+            assert str(inspect.Signature(bare)) == shape, (cls, name)
+    for name in ("queue_names", "stats"):
+        assert inspect.iscoroutinefunction(getattr(AsyncStore, name)), name

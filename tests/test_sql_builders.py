@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ClauseElement
 
 from alkstore_sa._job import LIVE_COLUMNS
-from alkstore_sa._sql import claim, enqueue, handle, queue
+from alkstore_sa._sql import claim, enqueue, handle, operations, queue
 from alkstore_sa.schema import jobs
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
@@ -55,13 +55,23 @@ EXPECTED: dict[str, set[str]] = {
     "queue.bury_lapsed": {"p_queue"},
     "queue.bury_expired": {"p_queue"},
     "queue.purge_dead": {"p_queue", "p_retention"},
+    "operations.list_jobs": {"p_queue", "p_status", "p_before", "p_limit"},
+    "operations.requeue_dead_oldest": {"p_queue", "p_limit", "p_channel"},
+    "operations.requeue_dead_ids": {"p_queue", "p_limit", "p_channel", "p_job_ids"},
+    "operations.purge_dead_all": {"p_queue"},
+    "operations.purge_dead_ids": {"p_queue", "p_job_ids", "p_older_than"},
+    "operations.pause": {"p_queue"},
+    "operations.resume": {"p_queue", "p_channel"},
+    "operations.stats": {"p_queue"},
+    "operations.queue_names": set(),
+    "operations.stats_all": set(),
 }
 
 
 def _builders() -> dict[str, Callable[[], Any]]:
     """Every cached, argument-free statement builder the sql modules define."""
     found: dict[str, Callable[[], Any]] = {}
-    for mod in (claim, enqueue, handle, queue):
+    for mod in (claim, enqueue, handle, operations, queue):
         assert isinstance(mod, ModuleType)
         short = mod.__name__.rsplit(".", 1)[1]
         for name, obj in vars(mod).items():
@@ -131,7 +141,8 @@ def test_builder_maps_to_any_schema(name: str) -> None:
         schema_translate_map={"alkstore": "tenant_b"},
         render_schema_translate=True,
     )
-    assert "tenant_b.jobs" in compiled.string or "tenant_b.dead_jobs" in compiled.string
+    tables = ("jobs", "dead_jobs", "paused_queues")
+    assert any(f"tenant_b.{table}" in compiled.string for table in tables)
     assert "alkstore." not in compiled.string
 
 
@@ -151,6 +162,32 @@ def test_claim_is_one_statement_skipping_locked_rows() -> None:
     assert "UPDATE alkstore.jobs SET" in text and "RETURNING" in text
     assert "INSERT INTO alkstore.dead_jobs" in text  # Q12 burial in the same round trip
     assert "statement_timestamp()" in text and "now()" not in text
+
+
+def test_o4_every_row_source_of_the_claim_checks_the_pause() -> None:
+    text = _compile(claim.claim()).string
+    # The burial, due and lapsed rows each stop at a pause of this queue.
+    gate = "NOT (EXISTS (SELECT alkstore.paused_queues.queue \nFROM alkstore.paused_queues"
+    assert text.count(gate) == 3
+    assert text.count("alkstore.paused_queues.queue = %(p_queue)s") == 3
+    # sweep_expired()'s burial does not wait for a resume.
+    assert "paused_queues" not in _compile(queue.bury_lapsed()).string
+
+
+def test_o2_requeue_is_one_statement_with_one_notify() -> None:
+    for builder in (operations.requeue_dead_oldest, operations.requeue_dead_ids):
+        text = _compile(builder()).string
+        assert text.count("DELETE FROM alkstore.dead_jobs") == 1
+        assert text.count("INSERT INTO alkstore.jobs") == 1
+        assert text.count("pg_notify") == 1
+        assert "FOR UPDATE SKIP LOCKED" in text
+
+
+def test_o5_stats_reads_each_status_apart() -> None:
+    text = _compile(operations.stats()).string
+    assert text.count("FROM alkstore.jobs") == 2  # pending and processing, each by its index
+    assert text.count("FROM alkstore.dead_jobs") == 1
+    assert text.count("alkstore.jobs.status = ") == 2
 
 
 def test_enqueue_is_one_insert_with_one_notify() -> None:

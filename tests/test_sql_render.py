@@ -43,6 +43,10 @@ PARAMS: dict[str, Any] = {
     "p_job_ids": [1, 2],
     "p_attempts_list": [1, 1],
     "p_retention": timedelta(days=1),
+    "p_status": None,
+    "p_before": None,
+    "p_limit": 5,
+    "p_older_than": None,
 }
 
 

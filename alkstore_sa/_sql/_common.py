@@ -1,6 +1,8 @@
-"""Pieces every statement shares: the clock, the claim predicate, the dead move."""
+"""Pieces every statement shares: the clock, the claim predicate, the dead move, row shapes."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from sqlalchemy import (
     CTE,
@@ -16,6 +18,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    null,
     select,
 )
 
@@ -84,6 +87,24 @@ def move_to_dead(
         .returning(dead_jobs.c.id)
         .cte(name)
     )
+
+
+def live_row_columns() -> list[ColumnElement[Any]]:
+    """A live row as callers read it: ``jobs.*`` then a NULL ``died_at`` (``Job.from_live``)."""
+    return [*jobs.c, null().cast(DateTime(timezone=True)).label("died_at")]
+
+
+def dead_row_columns() -> list[ColumnElement[Any]]:
+    """A dead row in the same shape: the live columns, ``status`` = ``'dead'``, then ``died_at``."""
+    return [
+        *(
+            literal("dead", type_=Text).label("status")
+            if col.name == "status"
+            else dead_jobs.c[col.name]
+            for col in jobs.c
+        ),
+        dead_jobs.c.died_at,
+    ]
 
 
 def error_or(default: str) -> ColumnElement[str | None]:

@@ -1,6 +1,6 @@
 """The claim: one round trip that buries exhausted lapsed rows and hands out jobs.
 
-Shape (Q8-Q12)::
+Shape (Q8-Q12, O4)::
 
     WITH exhausted_moved AS (DELETE lapsed rows with no attempts left RETURNING *),
          exhausted AS (INSERT INTO dead_jobs SELECT ... FROM exhausted_moved),
@@ -12,6 +12,11 @@ Shape (Q8-Q12)::
     UPDATE jobs SET status='processing', attempts=attempts+1, worker_id=:worker_id,
                     claim_deadline=now+visibility_timeout
     WHERE jobs.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING jobs.*
+
+Every row source also requires ``NOT EXISTS (the queue in paused_queues)``:
+a one-time filter PostgreSQL evaluates once per statement (a primary-key
+lookup), so a paused queue's claim returns nothing and buries nothing, and
+sees a pause committed before the statement started (O4).
 
 Rows another transaction holds are skipped, never waited for.  Pending rows
 are found through a partial index walked in claim order (stopping at the
@@ -38,10 +43,10 @@ from sqlalchemy import (
     update,
 )
 
-from ..schema import jobs
+from ..schema import jobs, paused_queues
 from ._common import MAX_ATTEMPTS_ERROR, NOW, id_among, move_to_dead
 
-__all__ = ["LAPSED_EXHAUSTED_ERROR", "bury_lapsed_exhausted", "claim"]
+__all__ = ["LAPSED_EXHAUSTED_ERROR", "bury_lapsed_exhausted", "claim", "not_paused"]
 
 LAPSED_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
 
@@ -50,8 +55,22 @@ def _this_queue() -> ColumnElement[bool]:
     return jobs.c.queue == bindparam("p_queue", type_=Text)
 
 
-def bury_lapsed_exhausted(name: str = "exhausted") -> CTE:
-    """Move this queue's lapsed claims with no attempts left to dead (Q12)."""
+def not_paused() -> ColumnElement[bool]:
+    """O4: this queue has no row in ``paused_queues`` (uncorrelated: a one-time filter)."""
+    return ~(
+        select(paused_queues.c.queue)
+        .where(paused_queues.c.queue == bindparam("p_queue", type_=Text))
+        .exists()
+    )
+
+
+def bury_lapsed_exhausted(name: str = "exhausted", *, unless_paused: bool = False) -> CTE:
+    """Move this queue's lapsed claims with no attempts left to dead (Q12).
+
+    The claim's burial waits while the queue is paused (``unless_paused``);
+    the sweep's does not (O4).
+    """
+    paused = (not_paused(),) if unless_paused else ()
     locked_ids: Select[tuple[int]] = (
         select(jobs.c.id)
         .where(
@@ -59,6 +78,7 @@ def bury_lapsed_exhausted(name: str = "exhausted") -> CTE:
             jobs.c.status == "processing",
             jobs.c.claim_deadline <= NOW,
             jobs.c.attempts >= jobs.c.max_attempts,
+            *paused,
         )
         .with_for_update(skip_locked=True)
     )
@@ -72,6 +92,7 @@ def _candidates(*where: ColumnElement[bool], name: str) -> CTE:
             _this_queue(),
             or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > NOW),
             *where,
+            not_paused(),
         )
         .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
         .limit(bindparam("p_n", type_=Integer))
@@ -107,5 +128,5 @@ def claim() -> Update:
             claim_deadline=NOW + jobs.c.visibility_timeout,
         )
         .returning(*jobs.c)
-        .add_cte(bury_lapsed_exhausted())
+        .add_cte(bury_lapsed_exhausted(unless_paused=True))
     )

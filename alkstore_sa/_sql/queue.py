@@ -9,7 +9,6 @@ from sqlalchemy import (
     ARRAY,
     BigInteger,
     CompoundSelect,
-    DateTime,
     Interval,
     Select,
     Text,
@@ -17,13 +16,12 @@ from sqlalchemy import (
     bindparam,
     delete,
     literal,
-    null,
     select,
 )
 from sqlalchemy.sql.dml import ReturningDelete
 
 from ..schema import dead_jobs, jobs
-from ._common import NOW, move_to_dead
+from ._common import NOW, dead_row_columns, live_row_columns, move_to_dead
 from .claim import bury_lapsed_exhausted
 
 __all__ = [
@@ -75,18 +73,8 @@ def get_job() -> CompoundSelect[Any]:
     """Q24: the live row, else the dead one, with its status."""
     job_id = bindparam("p_job_id", type_=BigInteger)
     queue = bindparam("p_queue", type_=Text)
-    live = select(*jobs.c, null().cast(DateTime(timezone=True)).label("died_at")).where(
-        jobs.c.id == job_id, jobs.c.queue == queue
-    )
-    dead = select(
-        *(
-            literal("dead", type_=Text).label("status")
-            if col.name == "status"
-            else dead_jobs.c[col.name]
-            for col in jobs.c
-        ),
-        dead_jobs.c.died_at,
-    ).where(dead_jobs.c.id == job_id, dead_jobs.c.queue == queue)
+    live = select(*live_row_columns()).where(jobs.c.id == job_id, jobs.c.queue == queue)
+    dead = select(*dead_row_columns()).where(dead_jobs.c.id == job_id, dead_jobs.c.queue == queue)
     return live.union_all(dead)
 
 

@@ -1,0 +1,374 @@
+"""Operations on a queue as a whole (O1-O6): list, requeue, purge, pause, stats.
+
+None of these is on a worker's path except the pause, which the claim reads
+(``claim.not_paused``).  Each is one statement, so it sees one snapshot and,
+run on the store's own connection, is one transaction.
+
+Where a count or a listing could be read from the whole table, the
+statement is split by status so each part walks the index its status has:
+pending rows through ``jobs_claim_ix``, processing rows through
+``jobs_lapse_ix`` (both partial indexes led by ``queue``), dead rows through
+``dead_jobs_queue_died_at_ix``.  Their cost follows the queue's own rows,
+not the table's.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    CTE,
+    BigInteger,
+    ColumnElement,
+    Delete,
+    Insert,
+    Integer,
+    Interval,
+    Join,
+    Select,
+    Table,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    true,
+    union,
+    union_all,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from ..schema import dead_jobs, jobs, paused_queues
+from ._common import NOW, dead_row_columns, live_row_columns
+
+__all__ = [
+    "STATS_COLUMNS",
+    "list_jobs",
+    "pause",
+    "purge_dead_all",
+    "purge_dead_ids",
+    "queue_names",
+    "requeue_dead_ids",
+    "requeue_dead_oldest",
+    "resume",
+    "stats",
+    "stats_all",
+]
+
+# The largest bigint: "before no id" when ``:before`` is NULL (bound, not pasted).
+_MAX_ID = 2**63 - 1
+
+
+def _queue() -> ColumnElement[str]:
+    return bindparam("p_queue", type_=Text)
+
+
+def _limit() -> ColumnElement[int]:
+    return bindparam("p_limit", type_=Integer)
+
+
+def _job_ids() -> ColumnElement[Any]:
+    return bindparam("p_job_ids", type_=ARRAY(BigInteger))
+
+
+# -- O1: list a queue's jobs ----------------------------------------------------
+
+
+@cache
+def list_jobs() -> Select[Any]:
+    """O1: this queue's rows, live and dead, newest (highest id) first.
+
+    Parameters: ``queue``, ``status`` (``'pending'``, ``'processing'``,
+    ``'dead'`` or NULL for all), ``before`` (only ids below it; NULL for
+    none), ``limit``.  One branch per status, each cut to ``limit`` in id
+    order, then the first ``limit`` of the three.  A branch whose status is
+    not asked for is switched off by a one-time filter (no scan at all).
+    ``before`` goes through ``coalesce`` rather than ``IS NULL OR`` so the
+    id bound stays an index condition in every plan.
+    """
+    status = bindparam("p_status", type_=Text)
+    below = func.coalesce(bindparam("p_before", type_=BigInteger), literal(_MAX_ID, BigInteger))
+
+    def wanted(name: str) -> ColumnElement[bool]:
+        return or_(status.is_(None), status == literal(name, type_=Text))
+
+    def branch(table: Table, columns: list[ColumnElement[Any]], *where: Any) -> Select[Any]:
+        return (
+            select(*columns)
+            .where(table.c.queue == _queue(), table.c.id < below, *where)
+            .order_by(table.c.id.desc())
+            .limit(_limit())
+        )
+
+    rows = union_all(
+        branch(jobs, live_row_columns(), jobs.c.status == "pending", wanted("pending")),
+        branch(jobs, live_row_columns(), jobs.c.status == "processing", wanted("processing")),
+        branch(dead_jobs, dead_row_columns(), wanted("dead")),
+    ).subquery("listed")
+    return select(*rows.c).order_by(rows.c.id.desc()).limit(_limit())
+
+
+# -- O2: requeue dead rows --------------------------------------------------------
+
+
+def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
+    """Move the oldest ``:limit`` matching dead rows of ``:queue`` back to pending.
+
+    Same id, payload, priority, max_attempts, visibility_timeout, created_at
+    and last_error; ``attempts = 0``, ``run_at = now``, no expiry, no claim.
+    The dead rows are locked with SKIP LOCKED first, so two requeues (or a
+    requeue and a purge) never move one row twice.  One row back: how many
+    moved, and how many notifications were sent (1 when any moved, else 0).
+    """
+    picked = (
+        select(dead_jobs.c.id)
+        .where(dead_jobs.c.queue == _queue(), *where)
+        .order_by(dead_jobs.c.died_at, dead_jobs.c.id)
+        .limit(_limit())
+        .with_for_update(skip_locked=True)
+    )
+    moved = (
+        delete(dead_jobs)
+        .where(dead_jobs.c.id == any_(func.array(picked.scalar_subquery())))
+        .returning(*dead_jobs.c)
+        .cte("moved")
+    )
+    kept = ("id", "queue", "payload", "priority", "max_attempts", "visibility_timeout")
+    source = select(
+        *(moved.c[name] for name in kept),
+        moved.c.created_at,
+        moved.c.last_error,
+        literal("pending", type_=Text),
+        NOW,
+        literal(0, type_=Integer),
+    )
+    inserted = (
+        insert(jobs)
+        .from_select([*kept, "created_at", "last_error", "status", "run_at", "attempts"], source)
+        .returning(jobs.c.id)
+        .cte("requeued")
+    )
+    wake = (
+        select(
+            func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label(
+                "woke"
+            )
+        )
+        .select_from(inserted)
+        .limit(literal(1, type_=Integer))
+        .cte("wake")
+    )
+    return select(
+        select(func.count()).select_from(inserted).scalar_subquery().label("moved"),
+        select(func.count()).select_from(wake).scalar_subquery().label("woke"),
+    )
+
+
+@cache
+def requeue_dead_oldest() -> Select[Any]:
+    """O2 with no ids: the queue's oldest ``:limit`` dead rows (died_at, then id)."""
+    return _requeue()
+
+
+@cache
+def requeue_dead_ids() -> Select[Any]:
+    """O2 for ``:job_ids``: those that are dead rows of this queue (others skipped)."""
+    return _requeue(dead_jobs.c.id == any_(_job_ids()))
+
+
+# -- O3: purge dead rows ----------------------------------------------------------
+
+
+def _counted(stmt: Delete) -> Select[Any]:
+    gone = stmt.returning(literal(1, type_=Integer).label("one")).cte("purged")
+    return select(func.count()).select_from(gone)
+
+
+@cache
+def purge_dead_all() -> Select[Any]:
+    """O3 with no ids and no age: every dead row of ``:queue``; returns the count.
+
+    (With an age and no ids it is ``queue.purge_dead``, the retention purge.)
+    """
+    return _counted(delete(dead_jobs).where(dead_jobs.c.queue == _queue()))
+
+
+@cache
+def purge_dead_ids() -> Select[Any]:
+    """O3 for ``:job_ids``: those dead rows of ``:queue``, older than ``:older_than`` if given."""
+    # Cast: psycopg sends None untyped, and ``$n IS NULL`` alone cannot type it.
+    older_than = cast(bindparam("p_older_than", type_=Interval), Interval)
+    return _counted(
+        delete(dead_jobs).where(
+            dead_jobs.c.id == any_(_job_ids()),
+            dead_jobs.c.queue == _queue(),
+            or_(older_than.is_(None), dead_jobs.c.died_at < NOW - older_than),
+        )
+    )
+
+
+# -- O4: pause, resume --------------------------------------------------------------
+
+
+@cache
+def pause() -> Insert:
+    """O4: add ``:queue`` to ``paused_queues``; a row back only when it was not paused."""
+    return (
+        pg_insert(paused_queues)
+        .values(queue=_queue(), paused_at=NOW)
+        .on_conflict_do_nothing(index_elements=[paused_queues.c.queue])
+        .returning(paused_queues.c.queue)
+    )
+
+
+@cache
+def resume() -> Select[Any]:
+    """O4: remove the pause of ``:queue`` and, only if there was one, wake ``:channel``.
+
+    One row back: 1 when a pause was removed (and the notification sent at
+    commit), else 0.
+    """
+    removed = (
+        delete(paused_queues)
+        .where(paused_queues.c.queue == _queue())
+        .returning(paused_queues.c.queue)
+        .cte("removed")
+    )
+    wake = (
+        select(
+            func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label(
+                "woke"
+            )
+        )
+        .select_from(removed)
+        .cte("wake")
+    )
+    return select(func.count()).select_from(wake)
+
+
+# -- O5, O6: stats and queue names ----------------------------------------------------
+
+# What ``stats`` returns, in order (``_ops`` reads the row by position), as
+# the QueueStats field each column becomes.
+STATS_COLUMNS = (
+    "due",
+    "scheduled",
+    "processing",  # the held column
+    "lapsed",
+    "expired",  # the past_expiry column
+    "dead",
+    "oldest_due_run_at",  # the oldest column
+    "now",
+    "paused",
+)
+
+
+def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[Any]]]:
+    """The FROM clause and the ``STATS_COLUMNS`` of one queue's stats.
+
+    ``queue`` is a bound parameter (one queue) or a column of an outer
+    FROM (every queue: the parts are LATERAL).  Pending and processing rows
+    are aggregated apart so each part walks its own partial index; the dead
+    rows are counted from the dead table's ``(queue, died_at)`` index.
+    (The aliases avoid the words of status values: those travel bound.)
+    """
+    unexpired = or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > NOW)
+    past_expiry = jobs.c.expires_at <= NOW
+    due = (jobs.c.run_at <= NOW) & unexpired
+    waiting = (
+        select(
+            func.count().filter(due).label("due"),
+            func.count().filter((jobs.c.run_at > NOW) & unexpired).label("scheduled"),
+            func.count().filter(past_expiry).label("past_expiry"),
+            func.min(jobs.c.run_at).filter(due).label("oldest"),
+        )
+        .where(jobs.c.queue == queue, jobs.c.status == "pending")
+        .lateral("waiting")
+    )
+    held = (
+        select(
+            func.count().label("held"),
+            func.count().filter(jobs.c.claim_deadline <= NOW).label("lapsed"),
+            func.count().filter(past_expiry).label("past_expiry"),
+        )
+        .where(jobs.c.queue == queue, jobs.c.status == "processing")
+        .lateral("held")
+    )
+    dead = select(func.count().label("dead")).where(dead_jobs.c.queue == queue).lateral("dead")
+    paused = exists().where(paused_queues.c.queue == queue)
+    columns: list[ColumnElement[Any]] = [
+        waiting.c.due,
+        waiting.c.scheduled,
+        held.c.held,
+        held.c.lapsed,
+        (waiting.c.past_expiry + held.c.past_expiry).label("past_expiry"),
+        dead.c.dead,
+        waiting.c.oldest,
+        NOW.label("now"),
+        paused.label("paused"),
+    ]
+    return waiting.join(held, true()).join(dead, true()), columns
+
+
+@cache
+def stats() -> Select[Any]:
+    """O5: ``STATS_COLUMNS`` of ``:queue``, one row, one snapshot."""
+    parts, columns = _stats_parts(_queue())
+    return select(*columns).select_from(parts)
+
+
+def _distinct_queues(table: Table, *where: ColumnElement[bool], name: str) -> CTE:
+    """The distinct ``queue`` values of ``table`` by a skip scan of an index led by ``queue``.
+
+    A recursive CTE that jumps from one queue name to the next (``queue >
+    previous ORDER BY queue LIMIT 1``): one index descent per queue instead
+    of a read of every row.  Its last row is NULL.
+    """
+
+    def first_after(previous: ColumnElement[str] | None) -> ColumnElement[str]:
+        later = () if previous is None else (table.c.queue > previous,)
+        return (
+            select(table.c.queue)
+            .where(*where, *later)
+            .order_by(table.c.queue)
+            .limit(literal(1, type_=Integer))
+            .scalar_subquery()
+        )
+
+    seed = select(first_after(None).label("queue")).cte(name, recursive=True)
+    step = select(first_after(seed.c.queue).label("queue")).where(seed.c.queue.is_not(None))
+    return seed.union_all(step)
+
+
+def _all_queue_names() -> Select[tuple[str]]:
+    """O6: every queue with a live row, a dead row or a pause (unordered, distinct)."""
+    sources = [
+        _distinct_queues(jobs, jobs.c.status == "pending", name="waiting_queues"),
+        _distinct_queues(jobs, jobs.c.status == "processing", name="held_queues"),
+        _distinct_queues(dead_jobs, name="dead_queues"),
+    ]
+    found = [select(s.c.queue).where(s.c.queue.is_not(None)) for s in sources]
+    return union(*found, select(paused_queues.c.queue))  # type: ignore[return-value]
+
+
+@cache
+def queue_names() -> Select[tuple[str]]:
+    """O6: the queue names (sorted by the caller, in Python's order)."""
+    names = _all_queue_names().subquery("names")
+    return select(names.c.queue)
+
+
+@cache
+def stats_all() -> Select[Any]:
+    """O6: ``queue`` then ``STATS_COLUMNS`` for every queue, one statement, one snapshot."""
+    names = _all_queue_names().subquery("names")
+    parts, columns = _stats_parts(names.c.queue)
+    return select(names.c.queue, *columns).select_from(names.join(parts, true()))

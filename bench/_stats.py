@@ -1,0 +1,121 @@
+"""ST: ``stats()`` on a big queue, and on a small queue beside it (O5, O6).
+
+The big queue holds ``live`` live rows (70% pending and due, 20% pending
+and not yet due, 10% processing, a tenth of those lapsed) and ``dead`` dead
+rows, made in SQL (``generate_series``) as S1's backlog is; the small one
+holds 100 live rows and 10 dead ones, made through the public API.  Both
+tables are vacuumed and analysed, then each call is timed alone (warmed
+first): ``Queue.stats()`` of each queue, ``Store.queue_names()`` and
+``Store.stats()`` (both queues in one statement).  The small queue's
+figure is the point: its cost must not grow with its neighbour's rows.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+
+from sqlalchemy import create_engine
+
+from alkstore_sa import Store
+
+from ._db import Database
+from ._progress import Bar, say
+from ._report import Figure
+
+BIG = "st-big"
+SMALL = "st-small"
+PAYLOAD = b'{"task": "noop"}'
+
+
+def grow(db: Database, live: int, dead: int) -> None:
+    """The big queue's rows (SQL), then the small queue's (the public API)."""
+    with db.connect() as conn:
+        conn.execute(
+            """
+            INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts, visibility_timeout,
+                                       status, attempts, worker_id, claim_deadline)
+            SELECT %(q)s, %(p)s,
+                   statement_timestamp() + CASE WHEN g %% 10 IN (7, 8) THEN interval '1 day'
+                                                ELSE -interval '1 minute' END,
+                   5, interval '30 seconds',
+                   CASE WHEN g %% 10 = 9 THEN 'processing' ELSE 'pending' END,
+                   CASE WHEN g %% 10 = 9 THEN 1 ELSE 0 END,
+                   CASE WHEN g %% 10 = 9 THEN 'bench' END,
+                   CASE WHEN g %% 10 = 9 THEN statement_timestamp()
+                        + CASE WHEN g %% 100 = 99 THEN -interval '1 minute'
+                               ELSE interval '1 hour' END
+                   END
+              FROM generate_series(1, %(k)s) AS g
+            """,
+            {"q": BIG, "p": PAYLOAD, "k": live},
+        )
+        conn.execute(
+            """
+            INSERT INTO alkstore.dead_jobs (id, queue, payload, priority, run_at, attempts,
+                   max_attempts, visibility_timeout, created_at, last_error, died_at)
+            SELECT 2000000000000 + g, %(q)s, %(p)s, 0, statement_timestamp(), 5, 5,
+                   interval '30 seconds', statement_timestamp(), 'max attempts exceeded',
+                   statement_timestamp()
+              FROM generate_series(1, %(k)s) AS g
+            """,
+            {"q": BIG, "p": PAYLOAD, "k": dead},
+        )
+    store = Store(create_engine(db.sa_url(), pool_size=1, max_overflow=0))
+    small = store.queue(SMALL)
+    small.enqueue_many([PAYLOAD] * 110)
+    for handle in small.claim_batch("bench", 15):
+        if handle.id % 3 == 0:
+            handle.fail("bench")
+    store.engine.dispose()
+    with db.connect() as conn:
+        conn.execute("VACUUM (ANALYZE) alkstore.jobs")
+        conn.execute("VACUUM (ANALYZE) alkstore.dead_jobs")
+
+
+def _timed(label: str, calls: int, call: Callable[[], object]) -> tuple[float, list[float]]:
+    for _ in range(3):  # statement caches, plans, buffers
+        call()
+    bar = Bar(label, calls)
+    took = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        call()
+        took.append(time.perf_counter() - t0)
+        bar.advance()
+    total = sum(took)
+    bar.close(rate=calls / total)
+    return total, took
+
+
+def _figure(shape: str, total: float, took: list[float]) -> Figure:
+    ms = sorted(t * 1000 for t in took)
+    p95 = ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))]
+    extra = {"p50_ms": statistics.median(ms), "p95_ms": p95, "max_ms": ms[-1]}
+    # "jobs" is the number of calls here: jobs/s reads as calls per second.
+    return Figure("ST", "alkstore", shape, len(ms), total, extra)
+
+
+def measure(db: Database, live: int, dead: int, label: str) -> list[Figure]:
+    say(f"ST: adding {live:,} live and {dead:,} dead rows to one queue ...")
+    grow(db, live, dead)
+    store = Store(create_engine(db.sa_url(), pool_size=1, max_overflow=0))
+    try:
+        big, small = store.queue(BIG), store.queue(SMALL)
+        checked = big.stats()
+        if checked.due + checked.scheduled + checked.processing != live or checked.dead != dead:
+            raise RuntimeError(f"{label}: the big queue's stats do not add up: {checked}")
+        size = f"{live // 1000:,}k live + {dead // 1000:,}k dead"
+        runs = [
+            (f"q.stats(), {size}", "big", 15, big.stats),
+            ("q.stats(), small queue beside it", "small", 300, small.stats),
+            ("store.queue_names()", "names", 300, store.queue_names),
+            ("store.stats(), both queues", "store", 15, store.stats),
+        ]
+        figures = [
+            _figure(shape, *_timed(f"{label} {what}", n, call)) for shape, what, n, call in runs
+        ]
+    finally:
+        store.engine.dispose()
+    return figures
