@@ -60,6 +60,7 @@ class FakeDB:
     wake: Callable[[str], None] | None = None  # the listener's, once it listens
     claim_latency: float = 0.0  # how long a claim's round trip takes (virtual seconds)
     expired: set[int] = field(default_factory=set)  # ids whose expires_at has passed
+    paused: bool = False  # O4: claims get nothing
 
     def now(self) -> float:
         return self.loop.time()
@@ -114,6 +115,8 @@ class FakeDB:
 
     def claim(self, worker_id: str, n: int) -> list[Job]:
         self.log("claim", n)
+        if self.paused:
+            return []
         due = sorted(
             (r for r in self.rows.values() if r.job.status == "pending" and r.due <= self.now()),
             key=lambda r: (r.due, r.job.id),
@@ -155,6 +158,12 @@ class FakeDB:
             row.job = replace(row.job, status="pending", worker_id=None, last_error=error)
             row.due = self.now() + (delay or 0.0)
         return True
+
+    def resume(self) -> None:
+        """O4: lift the pause and notify, as ``Queue.resume()`` does."""
+        self.paused = False
+        if self.wake is not None:
+            self.wake(self.queue)
 
     def cancel(self, job_id: int) -> None:
         self.rows.pop(job_id, None)

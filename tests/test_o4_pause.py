@@ -247,3 +247,45 @@ def _listening(engine: Engine) -> bool:
         "AND query LIKE 'LISTEN %'",
     )
     return bool(rows[0]["n"])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_o4_a_worker_paused_mid_drain_stops_claiming_and_resumes(
+    kind: str, database_url: URL, store: Store
+) -> None:
+    q = store.queue("o4-drain")
+    ids = q.enqueue_many([b""] * 60)
+    done: list[int] = []
+    lock = threading.Lock()
+    pause_at = threading.Event()
+
+    def work(job: Any) -> None:
+        time.sleep(0.01)
+        with lock:
+            done.append(job.id)
+            if len(done) == 10:
+                pause_at.set()
+
+    running = start_worker(
+        kind,
+        database_url,
+        lambda s: (Worker if kind == "sync" else AsyncWorker)(
+            {s.queue("o4-drain"): handler(kind, work)}, concurrency=2, poll_interval=60
+        ),
+    )
+    try:
+        assert pause_at.wait(10)
+        assert q.pause() is True
+        # What was claimed before the pause finishes (at most the 2 slots);
+        # after that nothing moves.
+        time.sleep(0.3)
+        with lock:
+            settled = len(done)
+        time.sleep(0.3)
+        with lock:
+            assert len(done) == settled < len(ids)
+        assert q.resume() is True
+        wait_for(lambda: len(done) == len(ids), timeout=20)
+    finally:
+        running.stop()
+    assert sorted(done) == ids

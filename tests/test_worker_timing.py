@@ -118,6 +118,21 @@ def test_q26_a_backlog_slot_waits_about_one_claim_round_trip_for_company() -> No
     _run(scenario())
 
 
+def test_o4_a_paused_queue_is_polled_not_spun_on_and_a_resume_claims_at_once() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        db = FakeDB(loop, paused=True)
+        db.enqueue(notify=False)
+        loop.call_at(4.5, db.resume)
+        sup = Supervisor(settings(poll_interval=2.0))
+        await run_for(sup, [bind(db, sleeper(0))], FakeBackend(listen_after=0.0), stop_at=5.0)
+        # Empty claims while paused: at LISTEN, then one per re-poll -- no spin.
+        assert db.times("claim") == [0.0, 2.0, 4.0, 4.5]
+        assert not db.rows  # the resume's notification claimed it at once
+
+    _run(scenario())
+
+
 # -- Q15/Q27: heartbeats --------------------------------------------------------------
 
 
