@@ -9,13 +9,8 @@ the async faces hand it to ``run_sync``.  So each rule lives here or in
 
 from __future__ import annotations
 
-import hashlib
-import math
-import random
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
 
@@ -23,100 +18,14 @@ from sqlalchemy import Connection
 
 from . import _ops
 from . import _validate as v
+from ._address import QueueAddress, StoreAddress, channel_for
 from ._errors import HandleSpentError
 from ._job import JOB_STATUSES, Job, JobStatus, QueueStats, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
+from ._stamps import as_interval, backoff_delay, resolve_stamps
 
 T = TypeVar("T")
 Call = Callable[[Connection], T]
-
-_rng = random.SystemRandom()
-
-
-def channel_for(schema: str, queue: str) -> str:
-    """The queue's wake channel: unique per (schema, queue), at most 63 bytes.
-
-    Readable ``schema.queue`` when it fits; otherwise ``#`` and a hash.  A
-    schema name is an identifier, so it never starts with ``#`` and the two
-    forms cannot collide.
-    """
-    readable = f"{schema}.{queue}"
-    if len(readable.encode("utf-8")) <= v.MAX_NAME_BYTES:
-        return readable
-    digest = hashlib.blake2b(f"{schema}\0{queue}".encode(), digest_size=16).hexdigest()
-    return f"#{digest}"
-
-
-@dataclass(frozen=True, slots=True)
-class StoreAddress:
-    """Where a store's statements go: its schema (O6's store-wide reads need no more)."""
-
-    schema: str
-
-    @property
-    def execution_options(self) -> dict[str, Any]:
-        if self.schema == "alkstore":
-            # The tables' own placeholder: nothing to translate.  A translate
-            # map costs a regex pass over the SQL on every execution, and None
-            # still overrides any map set on the engine, as the map did.
-            return _UNTRANSLATED
-        return {"schema_translate_map": {"alkstore": self.schema}}
-
-
-_UNTRANSLATED: dict[str, Any] = {"schema_translate_map": None}
-
-
-@dataclass(frozen=True, slots=True)
-class QueueAddress(StoreAddress):
-    """Where a queue's statements go: its schema, name and wake channel."""
-
-    queue: str
-    channel: str
-
-
-@dataclass(frozen=True, slots=True)
-class Stamps:
-    """An enqueue's options resolved over the queue's stamps (Q4)."""
-
-    priority: int
-    max_attempts: int
-    visibility_timeout: timedelta
-    run_at: datetime | None
-    delay: timedelta
-    expires_in: timedelta | None
-
-
-def resolve_stamps(queue: QueueOpts, job: EnqueueOpts | None) -> Stamps:
-    """Q4: job options over queue stamps; ``delay`` wins over ``run_at``.
-
-    The clock is read in SQL (once per statement), so this resolves only
-    what is relative to it: ``delay``/``expires_in`` stay intervals.
-    """
-    job = job or EnqueueOpts()
-    expires_in = job.expires_in if job.expires_in is not None else queue.expires_in
-    return Stamps(
-        priority=job.priority if job.priority is not None else queue.priority,
-        max_attempts=job.max_attempts if job.max_attempts is not None else queue.max_attempts,
-        visibility_timeout=_seconds(queue.visibility_timeout),
-        run_at=job.run_at if job.delay is None else None,
-        delay=_seconds(job.delay or 0),
-        expires_in=None if expires_in is None else _seconds(expires_in),
-    )
-
-
-def backoff_bounds(opts: QueueOpts, attempts: int) -> tuple[int, int]:
-    """Q17: the inclusive integer range a retry delay is drawn from.
-
-    ``d = min(retry_cap, retry_base * 2**(k-1))``; range ``[floor(d/2), floor(d)]``.
-    """
-    exponent = min(max(attempts, 1) - 1, 64)  # past 2**64 the cap has long won
-    d = min(float(_secs(opts.retry_cap)), float(_secs(opts.retry_base)) * 2.0**exponent)
-    return math.floor(d / 2), math.floor(d)
-
-
-def backoff_delay(opts: QueueOpts, attempts: int) -> int:
-    low, high = backoff_bounds(opts, attempts)
-    return _rng.randint(low, high)
 
 
 class QueueCore:
@@ -190,7 +99,7 @@ class QueueCore:
         return partial(
             _ops.sweep,
             address=self.address,
-            retention=None if retention is None else _seconds(retention),
+            retention=None if retention is None else as_interval(retention),
         )
 
     # -- operations on the queue as a whole (O1-O5) ---------------------------
@@ -223,7 +132,7 @@ class QueueCore:
             _ops.purge_dead,
             address=self.address,
             job_ids=ids,
-            older_than=None if age is None else _seconds(age),
+            older_than=None if age is None else as_interval(age),
         )
 
     def pause(self) -> Call[bool]:
@@ -326,7 +235,7 @@ class HandleCore:
             seconds = v.duration(delay, "delay", allow_zero=True)
         self._check_unspent()
         return self._consuming(
-            partial(_ops.retry, **self._identity(), delay=_seconds(seconds), error=text)
+            partial(_ops.retry, **self._identity(), delay=as_interval(seconds), error=text)
         )
 
     def fail(self, error: object) -> Call[bool]:
@@ -339,12 +248,4 @@ class HandleCore:
         seconds = v.duration(extend, "extend")
         if self._spent:
             return None
-        return partial(_ops.heartbeat, **self._identity(), extend=_seconds(seconds))
-
-
-def _secs(value: float | int | timedelta) -> float:
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-def _seconds(value: float | int | timedelta) -> timedelta:
-    return value if isinstance(value, timedelta) else timedelta(seconds=value)
+        return partial(_ops.heartbeat, **self._identity(), extend=as_interval(seconds))

@@ -46,7 +46,7 @@ from ._sa_internals import fast_path, raise_dbapi_error, unobserved
 from ._sql._render import rendered
 
 if TYPE_CHECKING:
-    from ._core import StoreAddress
+    from ._address import StoreAddress
 
 __all__ = ["fetch"]
 

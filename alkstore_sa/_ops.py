@@ -21,12 +21,14 @@ from ._sql import enqueue as enqueue_sql
 from ._sql import handle as handle_sql
 from ._sql import operations as operations_sql
 from ._sql import queue as queue_sql
+from ._sql import stats as stats_sql
 
 # What became of a claim given back at shutdown (Q27).
 Released = Literal["released", "dead"]
 
 if TYPE_CHECKING:
-    from ._core import QueueAddress, Stamps, StoreAddress
+    from ._address import QueueAddress, StoreAddress
+    from ._stamps import Stamps
 
 
 def enqueue(
@@ -222,7 +224,7 @@ def resume(conn: Connection, *, address: QueueAddress) -> bool:
 
 
 def _stats(queue: str, row: Sequence[Any]) -> QueueStats:
-    # operations_sql.STATS_COLUMNS, in that order.
+    # stats_sql.STATS_COLUMNS, in that order.
     due, scheduled, processing, lapsed, expired, dead, oldest, now, paused = row
     age = 0.0 if oldest is None else max((now - oldest).total_seconds(), 0.0)
     return QueueStats(queue, due, scheduled, processing, lapsed, expired, dead, age, bool(paused))
@@ -230,20 +232,18 @@ def _stats(queue: str, row: Sequence[Any]) -> QueueStats:
 
 def stats(conn: Connection, *, address: QueueAddress) -> QueueStats:
     """O5: one statement, so one snapshot."""
-    [row] = fetch(
-        conn, address, operations_sql.stats(), {"p_queue": address.queue}, custom_plan=True
-    )
+    [row] = fetch(conn, address, stats_sql.stats(), {"p_queue": address.queue}, custom_plan=True)
     return _stats(address.queue, row)
 
 
 def queue_names(conn: Connection, *, address: StoreAddress) -> list[str]:
     """O6: sorted in Python's order (code points), whatever the database's collation."""
     return sorted(
-        row[0] for row in fetch(conn, address, operations_sql.queue_names(), {}, custom_plan=True)
+        row[0] for row in fetch(conn, address, stats_sql.queue_names(), {}, custom_plan=True)
     )
 
 
 def store_stats(conn: Connection, *, address: StoreAddress) -> dict[str, QueueStats]:
     """O6: every queue's stats from one statement (one snapshot for all), by sorted name."""
-    rows = fetch(conn, address, operations_sql.stats_all(), {}, custom_plan=True)
+    rows = fetch(conn, address, stats_sql.stats_all(), {}, custom_plan=True)
     return {row[0]: _stats(row[0], row[1:]) for row in sorted(rows, key=lambda r: r[0])}

@@ -13,7 +13,7 @@ from sqlalchemy import URL, Engine, Executable, create_engine, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from alkstore_sa import AsyncStore, EnqueueOpts, QueueStats, Store
-from alkstore_sa._sql import operations
+from alkstore_sa._sql import stats as stats_sql
 from alkstore_sa._sql._render import rendered
 
 from ._qtools import expire, lapse, sql
@@ -157,7 +157,7 @@ def test_o5_a_small_queues_stats_read_only_its_own_rows(
     q.enqueue_many([b"a", b"b"])
     q.claim_one("w")
     _dead(q, b"d")
-    nodes = _plan_nodes(engine, operations.stats(), {"p_queue": "small"})
+    nodes = _plan_nodes(engine, stats_sql.stats(), {"p_queue": "small"})
     scans = [(n["Node Type"], n.get("Relation Name"), n.get("Index Name")) for n in nodes]
     assert not [s for s in scans if s[0] == "Seq Scan"], scans
     used = {s[2] for s in scans if s[2]}
@@ -170,7 +170,7 @@ def test_o5_a_small_queues_stats_read_only_its_own_rows(
 
 def test_o6_queue_names_skip_through_the_indexes(engine: Engine, big_neighbour: None) -> None:
     """One index descent per queue name, never a read of every row."""
-    nodes = _plan_nodes(engine, operations.queue_names(), {})
+    nodes = _plan_nodes(engine, stats_sql.queue_names(), {})
     scans = [(n["Node Type"], n.get("Relation Name")) for n in nodes]
     assert not [s for s in scans if s[0] == "Seq Scan" and s[1] != "paused_queues"], scans
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from alkstore_sa import EnqueueOpts, InvalidNameError, QueueOpts
 from alkstore_sa import _validate as v
-from alkstore_sa._core import backoff_bounds, backoff_delay, resolve_stamps
+from alkstore_sa._stamps import backoff_bounds, backoff_delay, resolve_stamps
 
 PROPS = settings(max_examples=300, deadline=None)
 

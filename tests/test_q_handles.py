@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession as AsyncOrmSession
 from sqlalchemy.orm import Session
 
 from alkstore_sa import AsyncStore, HandleSpentError, QueueOpts, Store, StoreClosedError
-from alkstore_sa._core import backoff_delay
+from alkstore_sa._stamps import backoff_delay
 
 from ._qtools import db_now, dead_row, expire, handle_core, lapse, live_row, sql
 from ._sqlspy import SqlSpy, sync_engine_of

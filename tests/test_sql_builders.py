@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ClauseElement
 
 from alkstore_sa._job import LIVE_COLUMNS
-from alkstore_sa._sql import claim, enqueue, handle, operations, queue
+from alkstore_sa._sql import claim, enqueue, handle, operations, queue, stats
 from alkstore_sa.schema import jobs
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
@@ -62,16 +62,16 @@ EXPECTED: dict[str, set[str]] = {
     "operations.purge_dead_ids": {"p_queue", "p_job_ids", "p_older_than"},
     "operations.pause": {"p_queue"},
     "operations.resume": {"p_queue", "p_channel"},
-    "operations.stats": {"p_queue"},
-    "operations.queue_names": set(),
-    "operations.stats_all": set(),
+    "stats.stats": {"p_queue"},
+    "stats.queue_names": set(),
+    "stats.stats_all": set(),
 }
 
 
 def _builders() -> dict[str, Callable[[], Any]]:
     """Every cached, argument-free statement builder the sql modules define."""
     found: dict[str, Callable[[], Any]] = {}
-    for mod in (claim, enqueue, handle, operations, queue):
+    for mod in (claim, enqueue, handle, operations, queue, stats):
         assert isinstance(mod, ModuleType)
         short = mod.__name__.rsplit(".", 1)[1]
         for name, obj in vars(mod).items():
@@ -184,7 +184,7 @@ def test_o2_requeue_is_one_statement_with_one_notify() -> None:
 
 
 def test_o5_stats_reads_each_status_apart() -> None:
-    text = _compile(operations.stats()).string
+    text = _compile(stats.stats()).string
     assert text.count("FROM alkstore.jobs") == 2  # pending and processing, each by its index
     assert text.count("FROM alkstore.dead_jobs") == 1
     assert text.count("alkstore.jobs.status = ") == 2

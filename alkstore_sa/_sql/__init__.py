@@ -5,6 +5,6 @@ Values always travel as bound parameters.  The statements are built once
 dialect and schema for ``_ops`` to execute.
 """
 
-from . import claim, enqueue, handle, operations, queue
+from . import claim, enqueue, handle, operations, queue, stats
 
-__all__ = ["claim", "enqueue", "handle", "operations", "queue"]
+__all__ = ["claim", "enqueue", "handle", "operations", "queue", "stats"]
