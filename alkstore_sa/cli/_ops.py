@@ -1,7 +1,7 @@
-"""The operations commands: stats, jobs, sweep (O8).
+"""The operations commands: stats, jobs, requeue, purge, pause, resume, sweep (O8).
 
 Each is one call of the public API (``store.stats()``, ``queue.jobs()``,
-``store.queue_names()``; O1, O5, O6): this module validates, asks, prints
+``queue.requeue_dead()``, ...; O1-O6): this module validates, asks, prints
 and loops, and has no SQL of its own.
 """
 
@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import cast
 
+from .._core import MAX_REQUEUE
 from .._job import Job, JobStatus, QueueStats
 from .._opts import QueueOpts
 from ..store import Store
@@ -26,6 +27,10 @@ from ._db import CliError, Database, open_engine
 
 __all__ = [
     "cmd_jobs",
+    "cmd_pause",
+    "cmd_purge",
+    "cmd_requeue",
+    "cmd_resume",
     "cmd_stats",
     "cmd_sweep",
     "job_json",
@@ -205,6 +210,104 @@ def cmd_jobs(args: argparse.Namespace, database: Database, schema: str) -> int:
         print(f"no {which}jobs in queue {name!r}")
     else:
         print(_jobs_table(found))
+    return 0
+
+
+# --- requeue, purge, pause, resume (O2-O4) -----------------------------------------------
+
+# `requeue --all` moves at most this many unless --limit says otherwise (the library's default).
+REQUEUE_ALL_LIMIT = 1000
+
+
+def _dead_jobs(n: int) -> str:
+    return f"{n} dead job{'' if n == 1 else 's'}"
+
+
+def _skipped(done: int, given: int, also: str = "") -> str:
+    """What became of ids that were given but not acted on: skipped, and why."""
+    if done >= given:
+        return ""
+    left = given - done
+    if done == 0:
+        which = "the id given was" if given == 1 else f"all {given} ids given were"
+    else:
+        which = f"{left} of the {given} ids given {'was' if left == 1 else 'were'}"
+    return f"; {which} skipped (not a dead job of this queue{also})"
+
+
+def cmd_requeue(args: argparse.Namespace, database: Database, schema: str) -> int:
+    name = queue_name(args.queue)
+    ids = list(dict.fromkeys(args.ids))
+    app = _app(args, database, schema)
+    warn_undeclared(app, [name])
+    if args.all:
+        limit = args.limit or REQUEUE_ALL_LIMIT
+    else:  # every id given, unless --limit says fewer
+        limit = args.limit or min(len(ids), MAX_REQUEUE)
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
+        moved = store.queue(name, opts_for(app, name)).requeue_dead(ids or None, limit=limit)
+    if args.all:
+        more = f" (--limit {limit} reached: more may be left, run it again)"
+        print(f"{name}: requeued {_dead_jobs(moved)}{more if moved == limit else ''}")
+    else:
+        also = ", or past --limit" if limit < len(ids) else ""
+        print(f"{name}: requeued {_dead_jobs(moved)}{_skipped(moved, len(ids), also)}")
+    return 0
+
+
+def _confirm(question: str) -> bool:
+    """Ask on the terminal (the question on stderr, so stdout stays the command's output)."""
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def cmd_purge(args: argparse.Namespace, database: Database, schema: str) -> int:
+    name = queue_name(args.queue)
+    ids = list(dict.fromkeys(args.ids))
+    age = args.older_than
+    app = _app(args, database, schema)
+    warn_undeclared(app, [name])
+    older = "" if age is None else f" that died more than {age:g} s ago"
+    asks = not ids and not args.yes  # no ids: every dead job of the queue (that old)
+    if asks and not sys.stdin.isatty():
+        raise CliError(
+            f"not purging: this deletes every dead job of queue {name!r}{older}; "
+            "pass --yes to confirm (stdin is not a terminal to ask on)",
+            code=2,
+        )
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
+        queue = store.queue(name, opts_for(app, name))
+        if asks:
+            dead = queue.stats().dead
+            if age is None:
+                question = f"Delete all {_dead_jobs(dead)} of queue {name!r}?"
+            else:
+                question = f"Delete the dead jobs of queue {name!r}{older} (of {dead} now)?"
+            if not _confirm(question):
+                print("alkstore: nothing purged", file=sys.stderr)
+                return 1
+        purged = queue.purge_dead(ids or None, older_than=age)
+    also = "" if age is None else f", or died {age:g} s ago or less"
+    print(f"{name}: purged {_dead_jobs(purged)}{_skipped(purged, len(ids), also) if ids else ''}")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace, database: Database, schema: str) -> int:
+    name = queue_name(args.queue)
+    warn_undeclared(_app(args, database, schema), [name])
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
+        changed = store.queue(name).pause()
+    print(f"{name}: paused" if changed else f"{name}: already paused")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace, database: Database, schema: str) -> int:
+    name = queue_name(args.queue)
+    warn_undeclared(_app(args, database, schema), [name])
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
+        changed = store.queue(name).resume()
+    print(f"{name}: resumed" if changed else f"{name}: was not paused")
     return 0
 
 
