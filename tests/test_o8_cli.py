@@ -340,6 +340,20 @@ def test_o8_cli_app_retention_applies_to_sweep(
     assert swept.stderr == ""  # no queue was named, so none is warned about
 
 
+def test_o8_cli_app_sweep_without_queues_sweeps_the_applications_queues_too(
+    database_url: URL, store_on: Store, app_dir: Path
+) -> None:
+    # As `stats`: the application's queues count even before they have rows.
+    assert _app_cli(database_url, app_dir, "sweep").stdout == "no queues in schema 'alkstore'\n"
+    store_on.queue("others").enqueue(b"x")
+    swept = _app_cli(database_url, app_dir, "sweep", "--app", "opsapp:worker")
+    assert swept.returncode == 0, swept.stderr
+    assert swept.stdout.splitlines() == [
+        "emails: expired 0, purged 0",
+        "others: expired 0, purged 0",
+    ]
+
+
 def test_o8_cli_app_warns_about_a_queue_it_does_not_declare(
     database_url: URL, app_dir: Path
 ) -> None:

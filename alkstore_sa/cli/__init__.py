@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "stats",
         parents=[common, app_opt],
-        help="per-queue counts: due, scheduled, processing, lapsed, expired, dead",
+        help="per-queue counts: due, scheduled, processing, lapsed, expired, dead, paused",
         description="Count each queue's jobs by state, from one snapshot per queue. Without "
         "QUEUE, every queue with rows in the schema (and, with --app, the application's).",
     )

@@ -330,7 +330,8 @@ def cmd_sweep(args: argparse.Namespace, database: Database, schema: str) -> int:
     app = _app(args, database, schema)
     warn_undeclared(app, named, uses_opts=True)
     with open_engine(database) as engine, Store(engine, schema=schema) as store:
-        names = named or store.queue_names()
+        # None named: every queue with rows (or a pause), and the application's (as `stats`).
+        names = named or sorted({*store.queue_names(), *(app.queues if app else ())})
         if not names:
             print(f"no queues in schema {schema!r}")
         for name in names:
