@@ -424,7 +424,10 @@ def test_cli_console_script_is_installed() -> None:
     assert SCRIPT.exists(), "pip install -e . should have installed the `alkstore` script"
     helped = _script(["--help"])
     assert helped.returncode == 0
-    for command in ("migrate", "worker", "enqueue", "stats", "jobs", "sweep", "demo"):
+    for command in (
+        "migrate", "worker", "enqueue", "stats", "jobs", "requeue", "purge", "pause", "resume",
+        "sweep", "demo",
+    ):  # fmt: skip
         assert command in helped.stdout
     bare = _script([])
     assert bare.returncode == 2 and "usage:" in bare.stderr

@@ -81,15 +81,17 @@ def test_o8_cli_stats_counts_each_state(database_url: URL, store_on: Store) -> N
     expected = {"due": 2, "scheduled": 1, "processing": 2, "lapsed": 1, "expired": 1, "dead": 1}
     assert {k: mixed[k] for k in expected} == expected
     assert 0.15 < mixed["oldest_due_age"] < 30
-    assert mixed["paused"] is None  # not stored yet (O4)
+    assert mixed["paused"] is False
 
     table = alkstore("stats", "mixed", url=database_url)
     assert table.returncode == 0, table.stderr
     header, row = table.stdout.strip().splitlines()
     assert header.split() == [
-        "queue", "due", "scheduled", "processing", "lapsed", "expired", "dead", "oldest", "due"
+        "queue", "due", "scheduled", "processing", "lapsed", "expired", "dead", "oldest", "due",
+        "paused",
     ]  # fmt: skip
     assert row.split()[:7] == ["mixed", "2", "1", "2", "1", "1", "1"]
+    assert row.split()[-1] == "no"
 
 
 def test_o8_cli_stats_without_queues_shows_every_queue(database_url: URL, store_on: Store) -> None:
@@ -104,8 +106,13 @@ def test_o8_cli_stats_without_queues_shows_every_queue(database_url: URL, store_
     assert list(named) == ["zzz", "other"]
     assert named["zzz"] == dict.fromkeys(STATS_KEYS[:6], 0) | {
         "oldest_due_age": 0.0,
-        "paused": None,
+        "paused": False,
     }
+    # A paused queue without rows is a queue too (O6), and its stats say it is paused.
+    store_on.queue("zzz").pause()
+    doc = json.loads(alkstore("stats", "--json", url=database_url).stdout)
+    assert list(doc) == ["mixed", "other", "zzz"]
+    assert doc["zzz"]["paused"] is True and doc["mixed"]["paused"] is False
 
 
 def test_o8_cli_stats_watch_redraws_until_ctrl_c(database_url: URL, store_on: Store) -> None:
@@ -331,6 +338,20 @@ def test_o8_cli_app_retention_applies_to_sweep(
         "others: expired 0, purged 0",  # not the application's queue: defaults
     ]
     assert swept.stderr == ""  # no queue was named, so none is warned about
+
+
+def test_o8_cli_app_sweep_without_queues_sweeps_the_applications_queues_too(
+    database_url: URL, store_on: Store, app_dir: Path
+) -> None:
+    # As `stats`: the application's queues count even before they have rows.
+    assert _app_cli(database_url, app_dir, "sweep").stdout == "no queues in schema 'alkstore'\n"
+    store_on.queue("others").enqueue(b"x")
+    swept = _app_cli(database_url, app_dir, "sweep", "--app", "opsapp:worker")
+    assert swept.returncode == 0, swept.stderr
+    assert swept.stdout.splitlines() == [
+        "emails: expired 0, purged 0",
+        "others: expired 0, purged 0",
+    ]
 
 
 def test_o8_cli_app_warns_about_a_queue_it_does_not_declare(

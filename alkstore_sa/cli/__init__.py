@@ -1,4 +1,5 @@
-"""The ``alkstore`` command: migrate, worker, enqueue, stats, jobs, sweep, demo, bench.
+"""The ``alkstore`` command: migrate, worker, enqueue, stats, jobs, requeue, purge, pause,
+resume, sweep, demo, bench.
 
 Errors a user can fix (no URL, a bad URL, an unreachable server, a schema
 never migrated, an import path that does not resolve) end as one line on
@@ -10,10 +11,14 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from functools import partial
 
 from sqlalchemy.exc import DBAPIError
 
+from .. import _validate
+from .._core import MAX_LIST, MAX_REQUEUE
 from .._errors import AlkstoreError, InvalidNameError, SchemaMissingError
+from .._job import JOB_STATUSES
 from ..schema import DEFAULT_SCHEMA
 from ._db import SCHEMA_VAR, CliError, Database, resolve_schema, resolve_url
 
@@ -46,11 +51,49 @@ def _interval(text: str) -> float:
     return value
 
 
-def _limit(text: str) -> int:
-    value = _positive_int(text)
-    if value > 1000:
-        raise argparse.ArgumentTypeError(f"must be at most 1000, got {value}")
+def _at_most(high: int) -> Callable[[str], int]:
+    """A whole number in 1..high: the bounds of the library's own ``limit`` (O1, O2)."""
+
+    def parse(text: str) -> int:
+        value = _positive_int(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"must be at most {high}, got {value}")
+        return value
+
+    return parse
+
+
+def _job_id(text: str) -> int:
+    # Job ids are positive bigints; anything else cannot name a job.
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a job id is a whole number, got {text!r}") from None
+    if not 1 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"no job has the id {value}")
     return value
+
+
+def _age(text: str) -> float:
+    # The library's own rule for `older_than` (O3): seconds, >= 0, finite, at most 10^9.
+    try:
+        return _validate.duration(_seconds(text), "--older-than", allow_zero=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--older-than ")) from None
+
+
+def _check_requeue(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.ids and args.all:
+        parser.error("give job ids or --all, not both")
+    if not args.ids and not args.all:
+        parser.error("give the ids of the dead jobs to requeue, or --all")
+
+
+def _check_purge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.ids and args.all:
+        parser.error("give job ids or --all, not both")
+    if not args.ids and not args.all and args.older_than is None:
+        parser.error("give the ids of the dead jobs to purge, --all or --older-than SECS")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "stats",
         parents=[common, app_opt],
-        help="per-queue counts: due, scheduled, processing, lapsed, expired, dead",
+        help="per-queue counts: due, scheduled, processing, lapsed, expired, dead, paused",
         description="Count each queue's jobs by state, from one snapshot per queue. Without "
         "QUEUE, every queue with rows in the schema (and, with --app, the application's).",
     )
@@ -158,14 +201,69 @@ def build_parser() -> argparse.ArgumentParser:
         description="List QUEUE's jobs (pending, processing and dead), newest first by id.",
     )
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--status", choices=["pending", "processing", "dead"], help="only this status")
+    p.add_argument("--status", choices=JOB_STATUSES, help="only this status")
     p.add_argument(
-        "--limit", type=_limit, default=100, metavar="N", help="at most N jobs, 1..1000 (100)"
+        "--limit",
+        type=_at_most(MAX_LIST),
+        default=100,
+        metavar="N",
+        help=f"at most N jobs, 1..{MAX_LIST} (100)",
     )
     p.add_argument(
         "--before", type=_positive_int, metavar="ID", help="only ids below ID (the next page)"
     )
     p.add_argument("--json", action="store_true", help="print one JSON list of jobs")
+
+    p = sub.add_parser(
+        "requeue",
+        parents=[common, app_opt],
+        help="move dead jobs back to pending (same ids); prints how many moved",
+        description="Move dead jobs of QUEUE back to pending, keeping their ids, payloads and "
+        "errors, with attempts reset: the ids given, or with --all the oldest --limit ones.",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("ids", metavar="ID", nargs="*", type=_job_id, help="dead jobs to requeue")
+    p.add_argument("--all", action="store_true", help="the queue's dead jobs, oldest first")
+    p.add_argument(
+        "--limit",
+        type=_at_most(MAX_REQUEUE),
+        metavar="N",
+        help=f"move at most N, 1..{MAX_REQUEUE} (default: 1000 with --all, else every ID)",
+    )
+    p.set_defaults(check=partial(_check_requeue, p))
+
+    p = sub.add_parser(
+        "purge",
+        parents=[common, app_opt],
+        help="delete dead jobs; asks first before deleting all of them",
+        description="Delete dead jobs of QUEUE: the ids given, every one (--all), or those "
+        "dead longer than --older-than. Deleting all of them (no ids) asks for confirmation "
+        "on a terminal and needs --yes otherwise.",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("ids", metavar="ID", nargs="*", type=_job_id, help="dead jobs to delete")
+    p.add_argument("--all", action="store_true", help="every dead job of the queue")
+    p.add_argument(
+        "--older-than",
+        type=_age,
+        metavar="SECS",
+        help="only those that died more than SECS seconds ago",
+    )
+    p.add_argument("--yes", action="store_true", help="do not ask before deleting them all")
+    p.set_defaults(check=partial(_check_purge, p))
+
+    for name, does in (
+        ("pause", "stop claims on QUEUE until it is resumed (running jobs finish)"),
+        ("resume", "let workers claim from QUEUE again, at once"),
+    ):
+        p = sub.add_parser(
+            name,
+            parents=[common, app_opt],
+            help=does,
+            description=f"{does[0].upper()}{does[1:]}. Prints whether this changed anything; "
+            "exit status 0 either way.",
+        )
+        p.add_argument("queue", metavar="QUEUE")
 
     p = sub.add_parser(
         "sweep",
@@ -209,6 +307,10 @@ def _command(name: str) -> Command:
         "enqueue": _commands.cmd_enqueue,
         "stats": _ops.cmd_stats,
         "jobs": _ops.cmd_jobs,
+        "requeue": _ops.cmd_requeue,
+        "purge": _ops.cmd_purge,
+        "pause": _ops.cmd_pause,
+        "resume": _ops.cmd_resume,
         "sweep": _ops.cmd_sweep,
         "worker": _worker.cmd_worker,
     }
@@ -243,6 +345,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    check = getattr(args, "check", None)
+    if check is not None:  # what argparse cannot say itself (ids or --all); exits 2
+        check(args)
     schema = DEFAULT_SCHEMA
     try:
         schema = resolve_schema(getattr(args, "schema", None))

@@ -1,8 +1,8 @@
-"""The operations commands: stats, jobs, sweep (O8).
+"""The operations commands: stats, jobs, requeue, purge, pause, resume, sweep (O8).
 
-What they read comes from ``_queries`` (to become ``store.stats()``,
-``queue.jobs()`` and ``store.queue_names()``); this module parses, prints
-and loops.
+Each is one call of the public API (``store.stats()``, ``queue.jobs()``,
+``queue.requeue_dead()``, ...; O1-O6): this module validates, asks, prints
+and loops, and has no SQL of its own.
 """
 
 from __future__ import annotations
@@ -15,17 +15,30 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import cast
 
-from .._job import Job
+from .._core import MAX_REQUEUE
+from .._job import Job, JobStatus, QueueStats
 from .._opts import QueueOpts
 from ..store import Store
 from ._app import App, load_app, opts_for, warn_undeclared
 from ._commands import queue_name
 from ._db import CliError, Database, open_engine
-from ._queries import STATS_FIELDS, list_jobs, queue_names, queue_stats
 
-__all__ = ["cmd_jobs", "cmd_stats", "cmd_sweep", "job_json", "stats_json"]
+__all__ = [
+    "cmd_jobs",
+    "cmd_pause",
+    "cmd_purge",
+    "cmd_requeue",
+    "cmd_resume",
+    "cmd_stats",
+    "cmd_sweep",
+    "job_json",
+    "stats_json",
+]
+
+# QueueStats' fields after its queue name (O5), in order: what `stats --json` prints.
+STATS_FIELDS = tuple(f.name for f in dataclasses.fields(QueueStats))[1:]
 
 # Erase the screen and home the cursor: `--watch` on a terminal redraws in place.
 _CLEAR = "\x1b[H\x1b[2J"
@@ -43,7 +56,7 @@ def _app(args: argparse.Namespace, database: Database, schema: str) -> App | Non
 # --- stats ------------------------------------------------------------------------------
 
 
-def stats_json(stats: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def stats_json(stats: Mapping[str, QueueStats]) -> dict[str, dict[str, object]]:
     """``{queue: {field: value}}`` with QueueStats' fields (O5)."""
     return {name: {f: getattr(s, f) for f in STATS_FIELDS} for name, s in stats.items()}
 
@@ -61,21 +74,18 @@ def _age(seconds: float) -> str:
     return f"{days}d{hours:02d}h"
 
 
-def _stats_table(stats: Mapping[str, Any], schema: str) -> str:
+def _stats_table(stats: Mapping[str, QueueStats], schema: str) -> str:
     if not stats:
         return f"no queues in schema {schema!r}"
-    # `paused` is shown once the library knows it (O4); until then it is None.
-    show_paused = any(s.paused is not None for s in stats.values())
-    header = ["queue", "due", "scheduled", "processing", "lapsed", "expired", "dead", "oldest due"]
-    if show_paused:
-        header.append("paused")
+    header = [
+        "queue", "due", "scheduled", "processing", "lapsed", "expired", "dead", "oldest due",
+        "paused",
+    ]  # fmt: skip
     rows = []
     for name, s in stats.items():
         oldest = _age(s.oldest_due_age) if s.due else "-"
-        row = [name, *(str(getattr(s, f)) for f in STATS_FIELDS[:6]), oldest]
-        if show_paused:
-            row.append("-" if s.paused is None else "yes" if s.paused else "no")
-        rows.append(row)
+        counts = (s.due, s.scheduled, s.processing, s.lapsed, s.expired, s.dead)
+        rows.append([name, *map(str, counts), oldest, "yes" if s.paused else "no"])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
@@ -111,9 +121,17 @@ def cmd_stats(args: argparse.Namespace, database: Database, schema: str) -> int:
     warn_undeclared(app, named)
     with open_engine(database) as engine, Store(engine, schema=schema) as store:
 
+        def read() -> dict[str, QueueStats]:
+            if named:  # each queue's own snapshot (O5)
+                return {name: store.queue(name).stats() for name in named}
+            found = store.stats()  # every queue with a row or a pause, one snapshot (O6)
+            if app is not None:  # and the application's, even before they have rows
+                for name in app.queues.keys() - found.keys():
+                    found[name] = store.queue(name).stats()
+            return dict(sorted(found.items()))
+
         def draw() -> str:
-            names = named or sorted({*queue_names(store), *(app.queues if app else ())})
-            stats = queue_stats(store, names)
+            stats = read()
             if args.json:
                 return json.dumps(stats_json(stats))
             return _stats_table(stats, schema)
@@ -182,11 +200,8 @@ def cmd_jobs(args: argparse.Namespace, database: Database, schema: str) -> int:
     app = _app(args, database, schema)
     warn_undeclared(app, [name])
     with open_engine(database) as engine, Store(engine, schema=schema) as store:
-        found = list_jobs(
-            store.queue(name, opts_for(app, name)),
-            args.status,
-            limit=args.limit,
-            before=args.before,
+        found = store.queue(name, opts_for(app, name)).jobs(
+            cast(JobStatus | None, args.status), limit=args.limit, before=args.before
         )
     if args.json:
         print(json.dumps([job_json(j) for j in found]))
@@ -195,6 +210,104 @@ def cmd_jobs(args: argparse.Namespace, database: Database, schema: str) -> int:
         print(f"no {which}jobs in queue {name!r}")
     else:
         print(_jobs_table(found))
+    return 0
+
+
+# --- requeue, purge, pause, resume (O2-O4) -----------------------------------------------
+
+# `requeue --all` moves at most this many unless --limit says otherwise (the library's default).
+REQUEUE_ALL_LIMIT = 1000
+
+
+def _dead_jobs(n: int) -> str:
+    return f"{n} dead job{'' if n == 1 else 's'}"
+
+
+def _skipped(done: int, given: int, also: str = "") -> str:
+    """What became of ids that were given but not acted on: skipped, and why."""
+    if done >= given:
+        return ""
+    left = given - done
+    if done == 0:
+        which = "the id given was" if given == 1 else f"all {given} ids given were"
+    else:
+        which = f"{left} of the {given} ids given {'was' if left == 1 else 'were'}"
+    return f"; {which} skipped (not a dead job of this queue{also})"
+
+
+def cmd_requeue(args: argparse.Namespace, database: Database, schema: str) -> int:
+    name = queue_name(args.queue)
+    ids = list(dict.fromkeys(args.ids))
+    app = _app(args, database, schema)
+    warn_undeclared(app, [name])
+    if args.all:
+        limit = args.limit or REQUEUE_ALL_LIMIT
+    else:  # every id given, unless --limit says fewer
+        limit = args.limit or min(len(ids), MAX_REQUEUE)
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
+        moved = store.queue(name, opts_for(app, name)).requeue_dead(ids or None, limit=limit)
+    if args.all:
+        more = f" (--limit {limit} reached: more may be left, run it again)"
+        print(f"{name}: requeued {_dead_jobs(moved)}{more if moved == limit else ''}")
+    else:
+        also = ", or past --limit" if limit < len(ids) else ""
+        print(f"{name}: requeued {_dead_jobs(moved)}{_skipped(moved, len(ids), also)}")
+    return 0
+
+
+def _confirm(question: str) -> bool:
+    """Ask on the terminal (the question on stderr, so stdout stays the command's output)."""
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def cmd_purge(args: argparse.Namespace, database: Database, schema: str) -> int:
+    name = queue_name(args.queue)
+    ids = list(dict.fromkeys(args.ids))
+    age = args.older_than
+    app = _app(args, database, schema)
+    warn_undeclared(app, [name])
+    older = "" if age is None else f" that died more than {age:g} s ago"
+    asks = not ids and not args.yes  # no ids: every dead job of the queue (that old)
+    if asks and not sys.stdin.isatty():
+        raise CliError(
+            f"not purging: this deletes every dead job of queue {name!r}{older}; "
+            "pass --yes to confirm (stdin is not a terminal to ask on)",
+            code=2,
+        )
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
+        queue = store.queue(name, opts_for(app, name))
+        if asks:
+            dead = queue.stats().dead
+            if age is None:
+                question = f"Delete all {_dead_jobs(dead)} of queue {name!r}?"
+            else:
+                question = f"Delete the dead jobs of queue {name!r}{older} (of {dead} now)?"
+            if not _confirm(question):
+                print("alkstore: nothing purged", file=sys.stderr)
+                return 1
+        purged = queue.purge_dead(ids or None, older_than=age)
+    also = "" if age is None else f", or died {age:g} s ago or less"
+    print(f"{name}: purged {_dead_jobs(purged)}{_skipped(purged, len(ids), also) if ids else ''}")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace, database: Database, schema: str) -> int:
+    name = queue_name(args.queue)
+    warn_undeclared(_app(args, database, schema), [name])
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
+        changed = store.queue(name).pause()
+    print(f"{name}: paused" if changed else f"{name}: already paused")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace, database: Database, schema: str) -> int:
+    name = queue_name(args.queue)
+    warn_undeclared(_app(args, database, schema), [name])
+    with open_engine(database) as engine, Store(engine, schema=schema) as store:
+        changed = store.queue(name).resume()
+    print(f"{name}: resumed" if changed else f"{name}: was not paused")
     return 0
 
 
@@ -217,7 +330,8 @@ def cmd_sweep(args: argparse.Namespace, database: Database, schema: str) -> int:
     app = _app(args, database, schema)
     warn_undeclared(app, named, uses_opts=True)
     with open_engine(database) as engine, Store(engine, schema=schema) as store:
-        names = named or queue_names(store)
+        # None named: every queue with rows (or a pause), and the application's (as `stats`).
+        names = named or sorted({*store.queue_names(), *(app.queues if app else ())})
         if not names:
             print(f"no queues in schema {schema!r}")
         for name in names:
