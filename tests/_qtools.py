@@ -18,6 +18,7 @@ __all__ = [
     "dead_row",
     "db_now",
     "expire",
+    "age_dead",
     "handle_core",
     "lapse",
     "live_row",
@@ -69,6 +70,16 @@ def expire(engine: Engine, *job_ids: int) -> None:
         "UPDATE alkstore.jobs SET expires_at = clock_timestamp() - interval '1 second' "
         "WHERE id = ANY(:ids)",
         ids=list(job_ids),
+    )
+
+
+def age_dead(engine: Engine, job_id: int, seconds: float) -> None:
+    """Make this dead row look as if it died ``seconds`` ago."""
+    sql(
+        engine,
+        "UPDATE alkstore.dead_jobs SET died_at = clock_timestamp() - :age WHERE id = :id",
+        age=timedelta(seconds=seconds),
+        id=job_id,
     )
 
 

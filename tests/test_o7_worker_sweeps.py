@@ -8,7 +8,6 @@ rows past the handle's ``dead_letter_retention``, on both worker kinds.
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,19 +15,10 @@ from sqlalchemy import URL, Engine
 
 from alkstore_sa import QueueOpts, Store
 
-from ._qtools import dead_row, expire, sql
+from ._qtools import age_dead, dead_row, expire
 from ._workers import KINDS, handler, start_worker, wait_for, worker_class
 
 RETAIN = QueueOpts(dead_letter_retention=60)
-
-
-def _age_dead(engine: Engine, job_id: int, seconds: float) -> None:
-    sql(
-        engine,
-        "UPDATE alkstore.dead_jobs SET died_at = clock_timestamp() - :age WHERE id = :id",
-        age=timedelta(seconds=seconds),
-        id=job_id,
-    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -41,7 +31,7 @@ def test_o7_worker_sweeps_expired_and_old_dead_rows_with_the_handles_options(
     handles[old_dead].fail("poison")
     handles[expired].retry(delay=3600)  # pending and not due: the worker will not claim it
     expire(engine, expired)
-    _age_dead(engine, old_dead, 120)
+    age_dead(engine, old_dead, 120)
     ran = threading.Event()
 
     def never(job: Any) -> None:

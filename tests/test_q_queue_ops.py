@@ -9,7 +9,7 @@ from sqlalchemy import Engine
 
 from alkstore_sa import EnqueueOpts, QueueOpts, SweepResult
 
-from ._qtools import dead_row, expire, lapse, live_row, sql
+from ._qtools import age_dead, dead_row, expire, lapse, live_row, sql
 from ._sqlspy import SqlSpy, sync_engine_of
 
 
@@ -203,15 +203,6 @@ def test_q25_sweep_moves_expired_pending_and_processing_rows_to_dead(
     assert q.sweep_expired() == SweepResult(expired=0, purged=0)
 
 
-def _age_dead(engine: Engine, job_id: int, seconds: float) -> None:
-    sql(
-        engine,
-        "UPDATE alkstore.dead_jobs SET died_at = clock_timestamp() - :age WHERE id = :id",
-        age=timedelta(seconds=seconds),
-        id=job_id,
-    )
-
-
 def test_q25_sweep_purges_dead_rows_older_than_the_retention(qs: Any, engine: Engine) -> None:
     q = qs.queue("q25", QueueOpts(dead_letter_retention=60))
     other = qs.queue("q25-other", QueueOpts(dead_letter_retention=60))
@@ -220,9 +211,9 @@ def test_q25_sweep_purges_dead_rows_older_than_the_retention(qs: Any, engine: En
         h.fail()
     theirs = other.enqueue(b"t")
     other.claim_one("w").fail()
-    _age_dead(engine, old, 120)
-    _age_dead(engine, young, 10)
-    _age_dead(engine, theirs, 120)
+    age_dead(engine, old, 120)
+    age_dead(engine, young, 10)
+    age_dead(engine, theirs, 120)
     assert q.sweep_expired() == SweepResult(expired=0, purged=1)
     assert q.get_job(old) is None and dead_row(engine, old) is None
     assert q.get_job(young).status == "dead"
@@ -233,7 +224,7 @@ def test_q25_retention_none_keeps_dead_rows_forever(qs: Any, engine: Engine) -> 
     q = qs.queue("q25")  # dead_letter_retention=None
     job_id = q.enqueue(b"x")
     q.claim_one("w").fail("kept")
-    _age_dead(engine, job_id, 100 * 365 * 86400)
+    age_dead(engine, job_id, 100 * 365 * 86400)
     assert q.sweep_expired() == SweepResult(expired=0, purged=0)
     assert q.get_job(job_id).last_error == "kept"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Hashable, Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -20,7 +20,7 @@ from .._ops import Released
 from ..aio import AsyncQueue, AsyncStore, queue_parts, run_call
 from ._handlers import HandlerSpec
 from ._listener import listen, listen_conninfo
-from ._port import ClaimKey, QueuePort
+from ._port import ClaimKey
 from ._state import QueueBinding
 from ._threads import RunLanes
 
@@ -37,16 +37,7 @@ class AsyncBackend:
         store, core = queue_parts(queue)
         return QueueBinding(core, handler, AsyncQueuePort(self, store, core, handler))
 
-    async def listen(
-        self,
-        port: QueuePort,
-        application_name: str,
-        channels: Sequence[str],
-        wake: Callable[[str], None],
-        on_listening: Callable[[], None],
-    ) -> None:
-        conninfo = functools.partial(port.listen_conninfo, application_name)
-        await listen(conninfo, channels, wake, on_listening)
+    listen = staticmethod(listen)  # the one implementation, in _listener
 
     def close(self) -> None:
         self.lanes.close(db_wait=0.0)

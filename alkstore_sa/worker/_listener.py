@@ -20,6 +20,7 @@ give such a pool a ``pool_recycle`` shorter than the token's life.)
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -28,6 +29,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from sqlalchemy import Connection
+
+from ._port import QueuePort
 
 __all__ = ["Listener", "listen", "listen_conninfo"]
 
@@ -125,10 +128,13 @@ class Listener:
 
 
 async def listen(
-    conninfo: Callable[[], Awaitable[str]],
+    port: QueuePort,
+    application_name: str,
     channels: Sequence[str],
     wake: Callable[[str], None],
     on_listening: Callable[[], None],
 ) -> None:
-    """Run a ``Listener`` until cancelled (what both real backends' ``listen`` does)."""
+    """``Backend.listen`` of both real backends: a ``Listener`` reading where to
+    connect from ``port`` before each (re)connect, until cancelled."""
+    conninfo = functools.partial(port.listen_conninfo, application_name)
     await Listener(conninfo, list(channels), wake, on_listening).run()

@@ -15,7 +15,7 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Hashable, Sequence
 from typing import TypeVar
 
 from sqlalchemy import Connection
@@ -28,7 +28,7 @@ from .._sa_internals import pool_capacity
 from ..store import Queue, Store, queue_parts, run_call
 from ._handlers import HandlerSpec, returned_awaitable
 from ._listener import listen, listen_conninfo
-from ._port import ClaimKey, QueuePort
+from ._port import ClaimKey
 from ._state import QueueBinding
 from ._threads import Lane, RunLanes
 
@@ -123,16 +123,7 @@ class SyncBackend:
         result: T = await self.lanes.db.submit(functools.partial(run_call, store, call))
         return result
 
-    async def listen(
-        self,
-        port: QueuePort,
-        application_name: str,
-        channels: Sequence[str],
-        wake: Callable[[str], None],
-        on_listening: Callable[[], None],
-    ) -> None:
-        conninfo = functools.partial(port.listen_conninfo, application_name)
-        await listen(conninfo, channels, wake, on_listening)
+    listen = staticmethod(listen)  # the one implementation, in _listener
 
     def close(self) -> None:
         self.lanes.close(db_wait=DB_CLOSE_WAIT)
