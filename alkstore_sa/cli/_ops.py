@@ -294,20 +294,23 @@ def cmd_purge(args: argparse.Namespace, database: Database, schema: str) -> int:
 
 
 def cmd_pause(args: argparse.Namespace, database: Database, schema: str) -> int:
-    name = queue_name(args.queue)
-    warn_undeclared(_app(args, database, schema), [name])
-    with open_engine(database) as engine, Store(engine, schema=schema) as store:
-        changed = store.queue(name).pause()
-    print(f"{name}: paused" if changed else f"{name}: already paused")
-    return 0
+    return _set_paused(args, database, schema, paused=True)
 
 
 def cmd_resume(args: argparse.Namespace, database: Database, schema: str) -> int:
+    return _set_paused(args, database, schema, paused=False)
+
+
+def _set_paused(args: argparse.Namespace, database: Database, schema: str, *, paused: bool) -> int:
     name = queue_name(args.queue)
     warn_undeclared(_app(args, database, schema), [name])
     with open_engine(database) as engine, Store(engine, schema=schema) as store:
-        changed = store.queue(name).resume()
-    print(f"{name}: resumed" if changed else f"{name}: was not paused")
+        queue = store.queue(name)
+        changed = queue.pause() if paused else queue.resume()
+    if paused:
+        print(f"{name}: paused" if changed else f"{name}: already paused")
+    else:
+        print(f"{name}: resumed" if changed else f"{name}: was not paused")
     return 0
 
 
