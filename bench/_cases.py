@@ -7,7 +7,9 @@ before the clock starts, so each side is timed at its steady state.
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import psycopg
 from sqlalchemy import create_engine
 
 from alkstore_sa import Store
@@ -123,6 +125,25 @@ def fill(db: Database, queue: str, jobs: int) -> None:
     store.engine.dispose()
 
 
+def fill_dead(conn: psycopg.Connection[Any], queue: str, dead: int, *, first_id: int) -> None:
+    """``dead`` dead rows of ``queue`` with ids from ``first_id``, bulk-made in SQL.
+
+    What a dead-letter move leaves (attempts used up, 'max attempts
+    exceeded'); ids far above any live job's, so they never collide.
+    """
+    conn.execute(
+        """
+        INSERT INTO alkstore.dead_jobs (id, queue, payload, priority, run_at, attempts,
+               max_attempts, visibility_timeout, created_at, last_error, died_at)
+        SELECT %(first)s - 1 + g, %(q)s, %(p)s, 0, statement_timestamp(), 5, 5,
+               interval '30 seconds', statement_timestamp(), 'max attempts exceeded',
+               statement_timestamp()
+          FROM generate_series(1, %(k)s) AS g
+        """,
+        {"first": first_id, "q": queue, "p": PAYLOAD, "k": dead},
+    )
+
+
 def grow(db: Database, queue: str, future: int, dead: int) -> None:
     """S1's weight: ``future`` not-yet-due live rows and ``dead`` dead rows in ``queue``.
 
@@ -139,16 +160,6 @@ def grow(db: Database, queue: str, future: int, dead: int) -> None:
             """,
             {"q": queue, "p": PAYLOAD, "k": future},
         )
-        conn.execute(
-            """
-            INSERT INTO alkstore.dead_jobs (id, queue, payload, priority, run_at, attempts,
-                   max_attempts, visibility_timeout, created_at, last_error, died_at)
-            SELECT 1000000000000 + g, %(q)s, %(p)s, 0, statement_timestamp(), 5, 5,
-                   interval '30 seconds', statement_timestamp(), 'max attempts exceeded',
-                   statement_timestamp()
-              FROM generate_series(1, %(k)s) AS g
-            """,
-            {"q": queue, "p": PAYLOAD, "k": dead},
-        )
+        fill_dead(conn, queue, dead, first_id=1_000_000_000_001)
         conn.execute("VACUUM (ANALYZE) alkstore.jobs")
         conn.execute("VACUUM (ANALYZE) alkstore.dead_jobs")

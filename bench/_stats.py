@@ -20,13 +20,13 @@ from sqlalchemy import create_engine
 
 from alkstore_sa import Store
 
+from ._cases import PAYLOAD, fill_dead
 from ._db import Database
 from ._progress import Bar, say
 from ._report import Figure
 
 BIG = "st-big"
 SMALL = "st-small"
-PAYLOAD = b'{"task": "noop"}'
 
 
 def grow(db: Database, live: int, dead: int) -> None:
@@ -51,17 +51,7 @@ def grow(db: Database, live: int, dead: int) -> None:
             """,
             {"q": BIG, "p": PAYLOAD, "k": live},
         )
-        conn.execute(
-            """
-            INSERT INTO alkstore.dead_jobs (id, queue, payload, priority, run_at, attempts,
-                   max_attempts, visibility_timeout, created_at, last_error, died_at)
-            SELECT 2000000000000 + g, %(q)s, %(p)s, 0, statement_timestamp(), 5, 5,
-                   interval '30 seconds', statement_timestamp(), 'max attempts exceeded',
-                   statement_timestamp()
-              FROM generate_series(1, %(k)s) AS g
-            """,
-            {"q": BIG, "p": PAYLOAD, "k": dead},
-        )
+        fill_dead(conn, BIG, dead, first_id=2_000_000_000_001)
     store = Store(create_engine(db.sa_url(), pool_size=1, max_overflow=0))
     small = store.queue(SMALL)
     small.enqueue_many([PAYLOAD] * 110)
