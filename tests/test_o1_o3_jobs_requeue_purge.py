@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from alkstore_sa import AsyncStore, EnqueueOpts, QueueOpts, Store, StoreClosedError
 
-from ._qtools import db_now, dead_row, live_row, sql
+from ._qtools import age_dead, db_now, dead_row, live_row, sql
 from ._sqlspy import SqlSpy, sync_engine_of
 from .test_q_enqueue import listening
 
@@ -30,15 +30,6 @@ def _dead(q: Any, *payloads: bytes, error: str = "boom") -> list[int]:
         assert handle.fail(error) is True
         ids.append(job_id)
     return ids
-
-
-def _died_ago(engine: Engine, job_id: int, seconds: float) -> None:
-    sql(
-        engine,
-        "UPDATE alkstore.dead_jobs SET died_at = clock_timestamp() - :ago WHERE id = :id",
-        ago=timedelta(seconds=seconds),
-        id=job_id,
-    )
 
 
 def _no_sql(qs: Any) -> SqlSpy:
@@ -199,8 +190,8 @@ def test_o2_requeue_keeps_id_and_the_jobs_own_values(qs: Any, engine: Engine) ->
 def test_o2_without_ids_moves_the_oldest_dead_first(qs: Any, engine: Engine) -> None:
     q = qs.queue("o2")
     a, b, c, d = _dead(q, b"a", b"b", b"c", b"d")
-    _died_ago(engine, c, 300)  # the oldest death, though not the oldest id
-    _died_ago(engine, a, 200)
+    age_dead(engine, c, 300)  # the oldest death, though not the oldest id
+    age_dead(engine, a, 200)
     sql(  # b and d died at the same instant: then by id
         engine,
         "UPDATE alkstore.dead_jobs SET died_at = clock_timestamp() - interval '100 s' "
@@ -238,7 +229,7 @@ def test_o2_given_ids_that_are_not_dead_rows_of_this_queue_are_skipped(
 def test_o2_limit_caps_a_call_with_ids_too(qs: Any, engine: Engine) -> None:
     q = qs.queue("o2")
     ids = _dead(q, b"a", b"b", b"c")
-    _died_ago(engine, ids[2], 60)
+    age_dead(engine, ids[2], 60)
     assert q.requeue_dead(ids, limit=1) == 1
     assert live_row(engine, ids[2]) is not None  # the oldest death of those given
 
@@ -383,7 +374,7 @@ def test_o3_older_than_narrows_to_rows_dead_longer_than_that(qs: Any, engine: En
     q = qs.queue("o3")
     old, older, fresh, old_kept = _dead(q, b"old", b"older", b"fresh", b"old-kept")
     for job_id, ago in ((old, 120), (older, 3600), (old_kept, 120)):
-        _died_ago(engine, job_id, ago)
+        age_dead(engine, job_id, ago)
     assert q.purge_dead([old, fresh], older_than=60) == 1  # ids and age together
     assert dead_row(engine, old) is None and dead_row(engine, fresh) is not None
     assert q.purge_dead(older_than=timedelta(minutes=30)) == 1
