@@ -9,12 +9,12 @@ from ._errors import (
     SchemaMissingError,
     StoreClosedError,
 )
-from ._job import Job, QueueStats, SweepResult
+from ._job import Job, JobError, QueueStats, SweepResult
 from ._migrate import migrate
 from ._opts import EnqueueOpts, QueueOpts
 from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
 from .store import JobHandle, Queue, Store
-from .worker import AsyncWorker, Worker
+from .worker import AsyncWorker, Worker, WorkerHealth
 
 __all__ = [
     "AlkstoreError",
@@ -27,6 +27,7 @@ __all__ = [
     "HandleSpentError",
     "InvalidNameError",
     "Job",
+    "JobError",
     "JobHandle",
     "Queue",
     "QueueOpts",
@@ -37,6 +38,7 @@ __all__ = [
     "StoreClosedError",
     "SweepResult",
     "Worker",
+    "WorkerHealth",
     "migrate",
 ]
 

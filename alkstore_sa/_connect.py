@@ -59,15 +59,25 @@ class Lifecycle:
         return first
 
 
+UNDEFINED_TABLE = "42P01"
+UNDEFINED_COLUMN = "42703"
+
+
 @contextmanager
 def schema_errors(schema: str) -> Iterator[None]:
-    """A missing table means the migrations never ran: say so plainly."""
+    """A missing table or column means the migrations never ran, or are behind: say so."""
     try:
         yield
     except ProgrammingError as exc:
-        if getattr(exc.orig, "sqlstate", None) == "42P01":  # undefined_table
+        state = getattr(exc.orig, "sqlstate", None)
+        if state in (UNDEFINED_TABLE, UNDEFINED_COLUMN):
+            what = (
+                f"no alkstore tables in schema {schema!r}"
+                if state == UNDEFINED_TABLE
+                else f"the alkstore tables in schema {schema!r} are older than this package"
+            )
             raise SchemaMissingError(
-                f"no alkstore tables in schema {schema!r}: run `alkstore migrate` "
+                f"{what}: run `alkstore migrate` "
                 "(or `alembic upgrade head`) against this database, or `alembic upgrade "
                 "heads` in an application whose Alembic environment takes in the alkstore branch"
             ) from exc

@@ -94,6 +94,10 @@ class QueueCore:
         """
         return partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
 
+    def check_schema(self) -> Call[None]:
+        """B5: raises ``SchemaMissingError`` unless the tables are there and up to date."""
+        return partial(_ops.check_schema, address=self.address)
+
     def sweep_expired(self) -> Call[SweepResult]:
         retention = self.opts.dead_letter_retention
         return partial(
@@ -227,7 +231,13 @@ class HandleCore:
         self._check_unspent()
         return self._consuming(partial(_ops.ack, **self._identity()))
 
-    def retry(self, error: object, delay: object) -> Call[bool]:
+    def retry(
+        self, error: object, delay: object, *, traceback: str | None = None
+    ) -> Call[_ops.Retried | None]:
+        """Q17/Q18; the call says ``"retried"`` or ``"dead"``, None when the claim is gone.
+
+        ``traceback`` (the Worker's, B2) goes into the job's error history.
+        """
         text = v.error_text(error)
         if delay is None:
             seconds: float = backoff_delay(self.queue.opts, self.job.attempts)
@@ -235,13 +245,21 @@ class HandleCore:
             seconds = v.duration(delay, "delay", allow_zero=True)
         self._check_unspent()
         return self._consuming(
-            partial(_ops.retry, **self._identity(), delay=as_interval(seconds), error=text)
+            partial(
+                _ops.retry,
+                **self._identity(),
+                delay=as_interval(seconds),
+                error=text,
+                traceback=traceback,
+            )
         )
 
-    def fail(self, error: object) -> Call[bool]:
+    def fail(self, error: object, *, traceback: str | None = None) -> Call[bool]:
         text = v.error_text(error)
         self._check_unspent()
-        return self._consuming(partial(_ops.fail, **self._identity(), error=text))
+        return self._consuming(
+            partial(_ops.fail, **self._identity(), error=text, traceback=traceback)
+        )
 
     def heartbeat(self, extend: object) -> Call[bool] | None:
         """``None`` when spent: the face returns ``False`` without SQL (Q20)."""

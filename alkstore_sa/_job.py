@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
-__all__ = ["JOB_STATUSES", "LIVE_COLUMNS", "Job", "JobStatus", "QueueStats", "SweepResult"]
+__all__ = [
+    "ERROR_HISTORY_LIMIT",
+    "JOB_STATUSES",
+    "LIVE_COLUMNS",
+    "Job",
+    "JobError",
+    "JobStatus",
+    "QueueStats",
+    "SweepResult",
+]
 
 JobStatus = Literal["pending", "processing", "dead"]
 JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "processing", "dead")
@@ -28,7 +38,45 @@ LIVE_COLUMNS = (
     "claim_deadline",
     "created_at",
     "last_error",
+    "errors",
+    "trace_context",
 )
+
+# B2: how many of a job's errors it keeps (the newest).
+ERROR_HISTORY_LIMIT = 10
+
+
+@dataclass(frozen=True, slots=True)
+class JobError:
+    """One entry of a job's error history (B2).
+
+    ``attempt``: the attempt that ended with it.  ``at``: when it was
+    recorded.  ``error``: the text stored as ``last_error`` then (None when a
+    retry gave none and the job had none before).  ``traceback``: the
+    handler's, when a Worker ran it and it raised; else None.
+    """
+
+    attempt: int
+    at: datetime
+    error: str | None
+    traceback: str | None
+
+
+def _errors(stored: Any) -> tuple[JobError, ...]:
+    """The ``errors`` column (a JSON array, parsed or not) as ``JobError`` values."""
+    if stored is None:
+        return ()
+    if isinstance(stored, str | bytes):
+        stored = json.loads(stored)
+    return tuple(
+        JobError(
+            int(entry["attempt"]),
+            datetime.fromisoformat(entry["at"]),
+            entry.get("error"),
+            entry.get("traceback"),
+        )
+        for entry in stored
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +98,9 @@ class Job:
     created_at: datetime
     last_error: str | None
     died_at: datetime | None
+    errors: tuple[JobError, ...] = ()
+    # B3: the enqueuer's trace context (a W3C propagation carrier), None when untraced.
+    trace_context: dict[str, str] | None = field(default=None, repr=False)
 
     @classmethod
     def from_live(cls, row: Sequence[Any], died_at: datetime | None = None) -> Job:
@@ -73,6 +124,8 @@ class Job:
             claim_deadline,
             created_at,
             last_error,
+            errors,
+            trace_context,
         ) = row
         return cls(
             id_,
@@ -90,6 +143,8 @@ class Job:
             created_at,
             last_error,
             died_at,
+            _errors(errors),
+            trace_context,
         )
 
 

@@ -25,6 +25,7 @@ from ._sql import stats as stats_sql
 
 # What became of a claim given back at shutdown (Q27).
 Released = Literal["released", "dead"]
+Retried = Literal["retried", "dead"]
 
 if TYPE_CHECKING:
     from ._address import QueueAddress, StoreAddress
@@ -85,15 +86,29 @@ def retry(
     attempts: int,
     delay: timedelta,
     error: str | None,
-) -> bool:
-    params = {**_held(job_id, attempts), "p_delay": delay, "p_error": error}
-    return bool(fetch(conn, address, handle_sql.retry(), params))
+    traceback: str | None = None,
+) -> Retried | None:
+    """``"retried"`` (pending again), ``"dead"`` (no attempt left), None (not held)."""
+    params = {
+        **_held(job_id, attempts),
+        "p_delay": delay,
+        "p_error": error,
+        "p_traceback": traceback,
+    }
+    rows = fetch(conn, address, handle_sql.retry(), params)
+    return None if not rows else ("dead" if rows[0][1] == handle_sql.RETRIED_DEAD else "retried")
 
 
 def fail(
-    conn: Connection, *, address: QueueAddress, job_id: int, attempts: int, error: str | None
+    conn: Connection,
+    *,
+    address: QueueAddress,
+    job_id: int,
+    attempts: int,
+    error: str | None,
+    traceback: str | None = None,
 ) -> bool:
-    params = {**_held(job_id, attempts), "p_error": error}
+    params = {**_held(job_id, attempts), "p_error": error, "p_traceback": traceback}
     return bool(fetch(conn, address, handle_sql.fail(), params))
 
 
@@ -138,6 +153,10 @@ def get_job(conn: Connection, *, address: QueueAddress, job_id: int) -> Job | No
     rows = fetch(conn, address, queue_sql.get_job(), params)
     # The live columns then died_at (pinned by a test).
     return Job.from_live(rows[0][:-1], died_at=rows[0][-1]) if rows else None
+
+
+def check_schema(conn: Connection, *, address: QueueAddress) -> None:
+    fetch(conn, address, queue_sql.schema_probe(), {})
 
 
 def sweep(conn: Connection, *, address: QueueAddress, retention: timedelta | None) -> SweepResult:

@@ -218,7 +218,7 @@ class AsyncJobHandle(HandleFace[AsyncStore]):
 
     async def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
         self._life.check_open()
-        return await self._store._run(self._core.retry(error, delay))
+        return await self._store._run(self._core.retry(error, delay)) is not None
 
     async def fail(self, error: str | None = None) -> bool:
         self._life.check_open()

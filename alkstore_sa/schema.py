@@ -27,6 +27,7 @@ from sqlalchemy import (
     Text,
     text,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = ["DEFAULT_SCHEMA", "dead_jobs", "jobs", "metadata", "paused_queues"]
 
@@ -60,6 +61,10 @@ jobs = Table(
     Column("claim_deadline", _TZ),
     Column("created_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
     Column("last_error", Text),
+    # B2: the job's last ERROR_HISTORY_LIMIT errors, oldest first; NULL before any.
+    Column("errors", JSONB),
+    # B3: the enqueuer's propagated trace context (W3C carrier); NULL when untraced.
+    Column("trace_context", JSONB),
     CheckConstraint("status IN ('pending', 'processing')", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
@@ -110,6 +115,9 @@ dead_jobs = Table(
     Column("created_at", _TZ, nullable=False),
     Column("last_error", Text),
     Column("died_at", _TZ, nullable=False),
+    # Added by 0003 after died_at (the physical order); same meaning as in jobs.
+    Column("errors", JSONB),
+    Column("trace_context", JSONB),
     # Retention purges walk this (Q25).
     Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
 )

@@ -202,7 +202,7 @@ class JobHandle(HandleFace[Store]):
 
     def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
         self._life.check_open()
-        return self._store._run(self._core.retry(error, delay))
+        return self._store._run(self._core.retry(error, delay)) is not None
 
     def fail(self, error: str | None = None) -> bool:
         self._life.check_open()

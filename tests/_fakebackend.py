@@ -17,14 +17,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable, Hashable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from alkstore_sa import Job, QueueOpts, SweepResult
+from alkstore_sa import Job, QueueOpts, SchemaMissingError, SweepResult
 from alkstore_sa._core import HandleCore, QueueCore
-from alkstore_sa._ops import Released
-from alkstore_sa.worker._handlers import inspect_handler
+from alkstore_sa._ops import Released, Retried
+from alkstore_sa.worker._handlers import awaited_in, inspect_handler
 from alkstore_sa.worker._port import ClaimKey, QueuePort
 from alkstore_sa.worker._state import QueueBinding, Settings
 from alkstore_sa.worker._supervisor import Supervisor
@@ -61,6 +62,7 @@ class FakeDB:
     claim_latency: float = 0.0  # how long a claim's round trip takes (virtual seconds)
     expired: set[int] = field(default_factory=set)  # ids whose expires_at has passed
     paused: bool = False  # O4: claims get nothing
+    schema_missing: bool = False  # B5: check_schema raises SchemaMissingError
 
     def now(self) -> float:
         return self.loop.time()
@@ -203,10 +205,18 @@ class FakePort:
     async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
         return self.db.extend(claims)
 
-    async def retry(self, handle: HandleCore, error: str | None, delay: float | None) -> bool:
-        return self.db.settle("retry", (handle.job.id, handle.job.attempts), error, delay)
+    async def retry(
+        self, handle: HandleCore, error: str | None, delay: float, traceback: str | None
+    ) -> Retried | None:
+        job = handle.job
+        exhausted = job.attempts >= job.max_attempts
+        if not self.db.settle(
+            "fail" if exhausted else "retry", (job.id, job.attempts), error, delay
+        ):
+            return None
+        return "dead" if exhausted else "retried"
 
-    async def fail(self, handle: HandleCore, error: str | None) -> bool:
+    async def fail(self, handle: HandleCore, error: str | None, traceback: str | None) -> bool:
         return self.db.settle("fail", (handle.job.id, handle.job.attempts), error, None)
 
     async def release(self, claim: ClaimKey) -> Released | None:
@@ -218,8 +228,15 @@ class FakePort:
     async def listen_conninfo(self, application_name: str) -> str:
         return ""
 
-    def start(self, handle: HandleCore) -> asyncio.Future[object]:
-        task = asyncio.ensure_future(self._handler(handle.job))
+    async def check_schema(self) -> None:
+        if self.db.schema_missing:
+            raise SchemaMissingError("no alkstore tables (fake)")
+
+    def start(
+        self, handle: HandleCore, scope: AbstractContextManager[object] | None
+    ) -> asyncio.Future[object]:
+        run = self._handler(handle.job)
+        task = asyncio.ensure_future(run if scope is None else awaited_in(scope, run))
         return asyncio.shield(task) if self._like_a_thread else task
 
     def follow(self, result: Awaitable[object]) -> asyncio.Future[object]:
@@ -239,12 +256,12 @@ class FakeBackend:
         application_name: str,
         channels: Sequence[str],
         wake: Callable[[str], None],
-        on_listening: Callable[[], None],
+        on_listening: Callable[[bool], None],
     ) -> None:
         assert isinstance(port, FakePort)
         await asyncio.sleep(self._listen_after)
         port.db.wake = lambda queue: wake(channels[0])
-        on_listening()
+        on_listening(True)
         await asyncio.Event().wait()  # until cancelled
 
     def close(self) -> None:

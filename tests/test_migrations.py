@@ -157,9 +157,14 @@ def test_m1_alembic_ini_runs_the_packages_own_environment() -> None:
     assert from_code.get_revision("alkstore@head") is not None  # the branch label
 
 
+# The columns 0001 created: what every later revision must keep as it was.
+_COLUMNS_0001 = (
+    "id, queue, payload, priority, run_at, attempts, max_attempts, visibility_timeout,"
+    " expires_at, worker_id, claim_deadline, created_at, last_error"
+)
 _ROWS = {
-    "jobs": text("SELECT * FROM alkstore.jobs ORDER BY id"),
-    "dead_jobs": text("SELECT * FROM alkstore.dead_jobs ORDER BY id"),
+    "jobs": text(f"SELECT {_COLUMNS_0001}, status FROM alkstore.jobs ORDER BY id"),
+    "dead_jobs": text(f"SELECT {_COLUMNS_0001}, died_at FROM alkstore.dead_jobs ORDER BY id"),
 }
 
 
@@ -171,7 +176,8 @@ def _every_job(url: URL) -> dict[str, list[dict[str, Any]]]:
 def test_m1_upgrade_from_0001_keeps_every_job_and_so_does_the_way_back(
     blank_database: URL,
 ) -> None:
-    """0002 (paused_queues, O4) on a store in use: pending, processing and dead rows stay."""
+    """0002 (paused_queues, O4) and 0003 (errors, trace_context; B2, B3) on a store in
+    use: pending, processing and dead rows stay, up and down."""
     cfg = alembic_config(url=blank_database)
     command.upgrade(cfg, "alkstore_0001")
     with connect(blank_database) as conn:
@@ -229,6 +235,44 @@ def test_m1_upgrade_from_0001_keeps_every_job_and_so_does_the_way_back(
             assert handle is not None and handle.job.status == "processing"
             assert q.requeue_dead() == 7
             assert q.stats().dead == 0
+    finally:
+        eng.dispose()
+
+
+def test_m1_b2_upgrade_starts_each_history_with_the_last_error(blank_database: URL) -> None:
+    """0003 gives a job that already failed a one-entry history, so its last
+    entry's error equals last_error (B2) for jobs older than the upgrade too."""
+    cfg = alembic_config(url=blank_database)
+    command.upgrade(cfg, "alkstore_0002")
+    with connect(blank_database) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts,"
+                " visibility_timeout, attempts, last_error) VALUES"
+                " ('m', '\\x01', now(), 5, interval '30 s', 2, 'flaky'),"
+                " ('m', '\\x02', now(), 5, interval '30 s', 0, NULL)"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO alkstore.dead_jobs (id, queue, payload, priority, run_at, attempts,"
+                " max_attempts, visibility_timeout, created_at, last_error, died_at) VALUES"
+                " (99, 'm', '\\x03', 0, now(), 5, 5, interval '30 s', now(), 'gave up',"
+                " timestamptz '2026-01-02 03:04:05+00')"
+            )
+        )
+        conn.commit()
+    command.upgrade(cfg, "alkstore_0003")
+    eng = create_engine(blank_database)
+    try:
+        with Store(eng) as store:
+            q = store.queue("m")
+            flaky, fresh = q.jobs(status="pending")[::-1]
+            assert [(e.attempt, e.error, e.traceback) for e in flaky.errors] == [(2, "flaky", None)]
+            assert fresh.errors == ()
+            (dead,) = q.jobs(status="dead")
+            assert [(e.attempt, e.error) for e in dead.errors] == [(5, "gave up")]
+            assert dead.errors[0].at == dead.died_at
     finally:
         eng.dispose()
 

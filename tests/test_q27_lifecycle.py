@@ -263,7 +263,7 @@ def test_q27_shutdown_timeout_bounds_a_handler_whose_claim_was_lost(
             await asyncio.sleep(10)
 
         fn = ahang
-    caplog.set_level(logging.WARNING, logger="alkstore_sa.worker")
+    caplog.set_level(logging.INFO, logger="alkstore_sa.worker")
     running = start_worker(
         kind,
         database_url,
@@ -274,7 +274,9 @@ def test_q27_shutdown_timeout_bounds_a_handler_whose_claim_was_lost(
     try:
         wait_for(
             lambda: any(
-                r.getMessage().startswith(f"job {job_id}: heartbeat found its claim gone")
+                r.getMessage().startswith(
+                    f"job {job_id} on lost_then_stop: heartbeat found its claim gone"
+                )
                 for r in caplog.records
             )
         )

@@ -11,11 +11,13 @@ other worker tests against PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 
 import pytest
 
-from alkstore_sa import FailJob, Job, RetryJob
+from alkstore_sa import FailJob, Job, QueueOpts, RetryJob
+from alkstore_sa._stamps import backoff_bounds
 from alkstore_sa.worker._supervisor import Supervisor
 
 from . import _fakeclock
@@ -68,14 +70,34 @@ def test_q26_repoll_claims_a_delayed_job_at_the_first_poll_after_it_is_due() -> 
     _run(scenario())
 
 
-def test_q26_a_failed_claim_waits_for_the_next_poll_not_a_busy_loop() -> None:
+def test_b5_failed_claims_back_off_exponentially_not_a_busy_loop() -> None:
     async def scenario() -> None:
         db = FakeDB(asyncio.get_running_loop(), fail_next={"claim": 3})
         db.enqueue(notify=False)
         sup = Supervisor(settings(poll_interval=0.5))
-        await run_for(sup, [bind(db, sleeper(0.0))], FakeBackend(listen_after=0.0), stop_at=2.2)
-        assert db.times("claim")[:4] == [0.0, 0.5, 1.0, 1.5]  # three failures, then the job
+        await run_for(sup, [bind(db, sleeper(0.0))], FakeBackend(listen_after=0.0), stop_at=4.0)
+        # Three failures, waits of 0.5, 1 and 2 s after them, then the job.
+        assert db.times("claim")[:4] == [0.0, 0.5, 1.5, 3.5]
         assert not db.rows
+
+    _run(scenario())
+
+
+def test_b5_backoff_is_capped_at_30_s_and_wakes_do_not_cut_it_short() -> None:
+    async def scenario() -> None:
+        db = FakeDB(asyncio.get_running_loop(), fail_next={"claim": 8})
+        sup = Supervisor(settings(poll_interval=1.0))
+
+        async def keep_waking() -> None:
+            while True:
+                await asyncio.sleep(0.25)
+                db.enqueue()  # a notification every 250 ms while the claims fail
+
+        waker = asyncio.get_running_loop().create_task(keep_waking())
+        await run_for(sup, [bind(db, sleeper(0.0))], FakeBackend(listen_after=0.0), stop_at=200.0)
+        waker.cancel()
+        gaps = [b - a for a, b in itertools.pairwise(db.times("claim")[:9])]
+        assert gaps == pytest.approx([1, 2, 4, 8, 16, 30, 30, 30], abs=0.01)
 
     _run(scenario())
 
@@ -175,7 +197,9 @@ def test_q27_a_claim_found_gone_by_a_heartbeat_is_not_acked(
         assert db.times("heartbeat") == [1.0]  # found gone, never beaten again
         assert db.times("ack") == []
         messages = [r.getMessage() for r in caplog.records]
-        assert f"job {job_id} finished after its claim was lost; not acked" in messages
+        assert f"job {job_id} on q (attempt 1/5): claim lost: while the handler ran; not acked" in (
+            messages
+        )
 
     _run(scenario())
 
@@ -304,7 +328,12 @@ def test_q27_handler_outcome_is_recorded_once(
         handler = sleeper(0.5, raises=raises)
         await run_for(sup, [bind(db, handler)], FakeBackend(listen_after=0.0), stop_at=1.0)
         recorded = [c for c in db.calls if c.op in ("ack", "retry", "fail")]
-        assert [(c.op, c.at, c.args[1], c.args[2]) for c in recorded] == [(op, 0.5, error, delay)]
+        assert [(c.op, c.at, c.args[1]) for c in recorded] == [(op, 0.5, error)]
+        if op == "retry" and delay is None:  # the queue's curve, drawn here so it can be logged
+            low, high = backoff_bounds(QueueOpts(), 1)
+            assert low <= recorded[0].args[2] <= high
+        else:
+            assert recorded[0].args[2] == delay
 
     _run(scenario())
 

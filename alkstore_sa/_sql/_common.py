@@ -14,14 +14,17 @@ from sqlalchemy import (
     and_,
     any_,
     bindparam,
+    cast,
     delete,
     func,
     insert,
     literal,
+    literal_column,
     null,
     select,
 )
 
+from .._job import ERROR_HISTORY_LIMIT
 from ..schema import dead_jobs, jobs
 
 # Deadlines and due times are judged against the statement's own start time
@@ -32,7 +35,8 @@ NOW: ColumnElement[object] = func.statement_timestamp(type_=DateTime(timezone=Tr
 # last_error of a job that ran out of attempts, whether its claim lapsed
 # (Q12) or retry() found none left (Q18).
 MAX_ATTEMPTS_ERROR = "max attempts exceeded"
-DEAD_COPY_COLUMNS = [c.name for c in dead_jobs.c if c.name not in ("last_error", "died_at")]
+_SET_ON_DEATH = ("last_error", "died_at", "errors")
+DEAD_COPY_COLUMNS = [c.name for c in dead_jobs.c if c.name not in _SET_ON_DEATH]
 
 
 def claim_is_held() -> ColumnElement[bool]:
@@ -60,19 +64,53 @@ def id_among(ids: Select[tuple[int]]) -> ColumnElement[bool]:
     return jobs.c.id == any_(func.array(ids.scalar_subquery()))
 
 
+def traceback_param() -> ColumnElement[str | None]:
+    """The handler's traceback a Worker passes with a retry or fail (B2); NULL otherwise."""
+    return cast(bindparam("p_traceback", type_=Text), Text)
+
+
+def with_error(
+    errors: ColumnElement[Any],
+    attempt: ColumnElement[int],
+    error: ColumnElement[Any],
+    traceback: ColumnElement[str | None] | None = None,
+) -> ColumnElement[Any]:
+    """B2: ``errors`` with one entry appended, keeping the newest ERROR_HISTORY_LIMIT.
+
+    The keys are constants of this module, so they are SQL text; every value
+    is a column or a bound parameter.
+    """
+    entry = func.jsonb_build_object(
+        literal_column("'attempt'"),
+        attempt,
+        literal_column("'at'"),
+        NOW,
+        literal_column("'error'"),
+        cast(error, Text),
+        literal_column("'traceback'"),
+        null() if traceback is None else traceback,
+    )
+    grown = func.coalesce(errors, literal_column("'[]'::jsonb")).op("||")(
+        func.jsonb_build_array(entry)
+    )
+    return func.jsonb_path_query_array(
+        grown, literal_column(f"'$[last - {ERROR_HISTORY_LIMIT - 1} to last]'::jsonpath")
+    )
+
+
 def move_to_dead(
     where: ColumnElement[bool] | Select[tuple[int]],
     last_error: ColumnElement[str | None],
     name: str,
+    traceback: ColumnElement[str | None] | None = None,
 ) -> CTE:
     """DELETE the matching live rows and INSERT them into ``dead_jobs``.
 
     ``where`` is either a predicate on ``jobs`` or a SELECT of ids (used where
     the rows must be locked with SKIP LOCKED first).  Returns the INSERT as a
     CTE whose rows are the buried ids; add it to a statement with
-    ``add_cte`` or select from it.  ``last_error`` may refer to the deleted
-    row's columns through ``moved_error()`` (the literal column name
-    ``last_error`` of the moved CTE).
+    ``add_cte`` or select from it.  The move appends ``last_error`` (and
+    ``traceback``, when given) to the row's error history (B2).
     """
     condition = id_among(where) if isinstance(where, Select) else where
     moved = delete(jobs).where(condition).returning(*jobs.c).cte(f"{name}_moved")
@@ -80,10 +118,11 @@ def move_to_dead(
         *(moved.c[col] for col in DEAD_COPY_COLUMNS),
         last_error.label("last_error"),
         NOW.label("died_at"),
+        with_error(moved.c.errors, moved.c.attempts, last_error, traceback).label("errors"),
     )
     return (
         insert(dead_jobs)
-        .from_select([*DEAD_COPY_COLUMNS, "last_error", "died_at"], source)
+        .from_select([*DEAD_COPY_COLUMNS, *_SET_ON_DEATH], source)
         .returning(dead_jobs.c.id)
         .cte(name)
     )

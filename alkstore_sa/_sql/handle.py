@@ -27,12 +27,23 @@ from sqlalchemy import (
 from sqlalchemy.sql.dml import ReturningDelete, ReturningUpdate
 
 from ..schema import jobs
-from ._common import MAX_ATTEMPTS_ERROR, NOW, claim_is_held, error_or, id_among, move_to_dead
+from ._common import (
+    MAX_ATTEMPTS_ERROR,
+    NOW,
+    claim_is_held,
+    error_or,
+    id_among,
+    move_to_dead,
+    traceback_param,
+    with_error,
+)
 
 __all__ = [
     "FAIL_DEFAULT_ERROR",
     "RELEASED",
     "RELEASED_DEAD",
+    "RETRIED",
+    "RETRIED_DEAD",
     "RETRY_EXHAUSTED_ERROR",
     "ack",
     "ack_held",
@@ -47,6 +58,8 @@ RETRY_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
 FAIL_DEFAULT_ERROR = "failed"
 RELEASED = "released"  # release(): back to pending
 RELEASED_DEAD = "dead"  # release(): no attempt left, dead-lettered
+RETRIED = "retried"  # retry(): pending again
+RETRIED_DEAD = "dead"  # retry(): no attempt left, dead-lettered
 
 
 @cache
@@ -67,12 +80,15 @@ def heartbeat() -> ReturningUpdate[tuple[int]]:
 
 
 @cache
-def retry() -> Select[tuple[int]]:
+def retry() -> Select[tuple[int, str]]:
     """Q17/Q18: back to pending after ``:delay``, or to dead when exhausted.
 
     ``:error`` NULL keeps the row's previous ``last_error`` on the pending
-    path and reads ``max attempts exceeded`` on the dead path.
+    path and reads ``max attempts exceeded`` on the dead path.  Either way
+    the error (and ``:traceback``) is appended to the job's history (B2).
+    Each row says which path it took: ``retried`` or ``dead``.
     """
+    error = func.coalesce(bindparam("p_error", type_=Text), jobs.c.last_error)
     requeued = (
         update(jobs)
         .where(claim_is_held(), jobs.c.attempts < jobs.c.max_attempts)
@@ -81,7 +97,8 @@ def retry() -> Select[tuple[int]]:
             run_at=NOW + bindparam("p_delay", type_=Interval),
             worker_id=None,
             claim_deadline=None,
-            last_error=func.coalesce(bindparam("p_error", type_=Text), jobs.c.last_error),
+            last_error=error,
+            errors=with_error(jobs.c.errors, jobs.c.attempts, error, traceback_param()),
         )
         .returning(jobs.c.id)
         .cte("requeued")
@@ -90,14 +107,19 @@ def retry() -> Select[tuple[int]]:
         claim_is_held() & (jobs.c.attempts >= jobs.c.max_attempts),
         error_or(RETRY_EXHAUSTED_ERROR),
         "buried",
+        traceback_param(),
     )
-    return select(requeued.c.id).union_all(select(buried.c.id))  # type: ignore[return-value]
+    return select(requeued.c.id, literal(RETRIED, type_=Text)).union_all(  # type: ignore[return-value]
+        select(buried.c.id, literal(RETRIED_DEAD, type_=Text))
+    )
 
 
 @cache
 def fail() -> Select[tuple[int]]:
-    """Q19: straight to dead, ``last_error`` = ``:error`` or ``failed``."""
-    buried = move_to_dead(claim_is_held(), error_or(FAIL_DEFAULT_ERROR), "buried")
+    """Q19: straight to dead, ``last_error`` = ``:error`` or ``failed`` (and in the history, B2)."""
+    buried = move_to_dead(
+        claim_is_held(), error_or(FAIL_DEFAULT_ERROR), "buried", traceback_param()
+    )
     return select(buried.c.id)
 
 

@@ -20,7 +20,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.dml import ReturningDelete
 
-from ..schema import dead_jobs, jobs
+from ..schema import dead_jobs, jobs, metadata
 from ._common import NOW, dead_row_columns, live_row_columns, move_to_dead
 from .claim import bury_lapsed_exhausted
 
@@ -32,6 +32,7 @@ __all__ = [
     "cancel",
     "get_job",
     "purge_dead",
+    "schema_probe",
 ]
 
 EXPIRED_ERROR = "expired"
@@ -111,3 +112,14 @@ def purge_dead() -> ReturningDelete[tuple[int]]:
         )
         .returning(dead_jobs.c.id)
     )
+
+
+@cache
+def schema_probe() -> Select[tuple[bool, ...]]:
+    """B5: names every column of every table and reads no row.
+
+    Fails with undefined_table or undefined_column (SchemaMissingError) when
+    the migrations never ran or are behind this version of the package.
+    """
+    probes = [select(*table.c).limit(0).exists() for table in metadata.sorted_tables]
+    return select(*probes)  # type: ignore[return-value]

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from contextlib import AbstractContextManager
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from .._core import HandleCore, QueueCore
 from .._job import Job, SweepResult
-from .._ops import Released
+from .._ops import Released, Retried
 from ..aio import AsyncQueue, AsyncStore, queue_parts, run_call
-from ._handlers import HandlerSpec
+from ._handlers import HandlerSpec, awaited_in, called_in
 from ._listener import listen, listen_conninfo
 from ._port import ClaimKey
 from ._state import QueueBinding
@@ -68,11 +69,13 @@ class AsyncQueuePort:
     async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
         return await run_call(self._store, self._core.heartbeat_claims(list(claims)))
 
-    async def retry(self, handle: HandleCore, error: str | None, delay: float | None) -> bool:
-        return await run_call(self._store, handle.retry(error, delay))
+    async def retry(
+        self, handle: HandleCore, error: str | None, delay: float, traceback: str | None
+    ) -> Retried | None:
+        return await run_call(self._store, handle.retry(error, delay, traceback=traceback))
 
-    async def fail(self, handle: HandleCore, error: str | None) -> bool:
-        return await run_call(self._store, handle.fail(error))
+    async def fail(self, handle: HandleCore, error: str | None, traceback: str | None) -> bool:
+        return await run_call(self._store, handle.fail(error, traceback=traceback))
 
     async def release(self, claim: ClaimKey) -> Released | None:
         return await run_call(self._store, self._core.release(*claim))
@@ -80,21 +83,32 @@ class AsyncQueuePort:
     async def sweep(self) -> SweepResult:
         return await run_call(self._store, self._core.sweep_expired(), atomic=True)
 
+    async def check_schema(self) -> None:
+        await run_call(self._store, self._core.check_schema())
+
     async def listen_conninfo(self, application_name: str) -> str:
         call = functools.partial(listen_conninfo, application_name=application_name)
         return await run_call(self._store, call)
 
-    def start(self, handle: HandleCore) -> asyncio.Future[object]:
+    def start(
+        self, handle: HandleCore, scope: AbstractContextManager[object] | None
+    ) -> asyncio.Future[object]:
         spec = self._handler
         if spec.is_async:
-            if spec.wants_session:
-                return asyncio.get_running_loop().create_task(
-                    _session_call(self._store, spec, handle)
-                )
-            started: asyncio.Future[object] = asyncio.ensure_future(spec.fn(handle.job))
+            run: Awaitable[object] = (
+                _session_call(self._store, spec, handle)
+                if spec.wants_session
+                else spec.fn(handle.job)
+            )
+            if scope is not None:
+                run = awaited_in(scope, run)
+            started: asyncio.Future[object] = asyncio.ensure_future(run)
             return started
         # Plain sync handlers are allowed on an AsyncWorker: they get a thread.
-        return self._backend.lanes.handlers.submit(functools.partial(spec.fn, handle.job))
+        fn: Callable[[], object] = functools.partial(spec.fn, handle.job)
+        if scope is not None:
+            fn = functools.partial(called_in, scope, fn)
+        return self._backend.lanes.handlers.submit(fn)
 
     def follow(self, result: Awaitable[object]) -> asyncio.Future[object]:
         # Awaited here on the loop (a task, so a timeout or shutdown can cancel

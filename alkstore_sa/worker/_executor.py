@@ -15,25 +15,32 @@ What happens to a job, by how its handler ended:
 - its claim was lost meanwhile (a heartbeat found it gone): not acked.
 
 An outcome the database refuses (the claim lapsed) or cannot record (the
-database is away) is logged; the claim then lapses and the job runs again
-(at least once).
+database is away) is reported lost; the claim then lapses and the job runs
+again (at least once).  ``_outcomes`` words and counts each outcome (B1).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable
+from contextlib import AbstractContextManager
+from typing import TypeVar
 
 from .. import _validate as v
 from .._core import HandleCore
 from .._errors import FailJob, HandleSpentError, RetryJob
 from .._job import Job
+from .._stamps import backoff_delay
 from ._completer import Completer
 from ._handlers import exception_text, stored_error
 from ._heartbeats import Heartbeats
+from ._outcomes import Reporter, traceback_text
 from ._state import QueueState, RunState, Slot
+
+R = TypeVar("R")
 
 __all__ = ["Executor", "consume_outcome"]
 
@@ -45,24 +52,42 @@ class Executor:
         self._run = run
         self._heartbeats = heartbeats
         self._completer = completer
+        self._report = Reporter(run)
 
     def start(self, qs: QueueState, job: Job) -> None:
         """Take a concurrency slot, start the handler now, and watch it in a task."""
-        slot = Slot(job, HandleCore(qs.binding.core, job))
+        loop = self._run.loop
+        slot = Slot(job, HandleCore(qs.binding.core, job), started_at=loop.time())
         qs.busy += 1
         qs.held[slot.key] = slot
         self._heartbeats.track(slot)
         # The handler starts now, not on the task's first step: one loop pass sooner.
         try:
-            fut = qs.port.start(slot.handle)
+            fut = qs.port.start(slot.handle, self._scope(job))
         except Exception as exc:  # e.g. calling an async handler raised: an outcome like any
-            fut = self._run.loop.create_future()
+            fut = loop.create_future()
             fut.set_exception(exc)
         slot.fut = fut
-        task = self._run.loop.create_task(self._execute(qs, slot), name=f"alkstore-job-{job.id}")
+        task = loop.create_task(self._execute(qs, slot), name=f"alkstore-job-{job.id}")
         slot.task = task
         self._run.jobs.add(task)
         task.add_done_callback(self._job_done)
+
+    def _scope(self, job: Job) -> AbstractContextManager[object] | None:
+        """The observers' scopes around the handler's run (B3 spans); None for none."""
+        scopes = [
+            scope
+            for observer in self._run.observers
+            if (scope := observer.handler_scope(job)) is not None
+        ]
+        if not scopes:
+            return None
+        if len(scopes) == 1:
+            return scopes[0]
+        stack = contextlib.ExitStack()
+        for scope in scopes:
+            stack.enter_context(scope)  # entered now, in order; closed around the run
+        return stack
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         self._run.jobs.discard(task)
@@ -83,9 +108,11 @@ class Executor:
                     return False
                 fut = slot.fut
                 if fut.cancelled() or fut.exception() is not None:
+                    slot.ran_for = loop.time() - slot.started_at
                     return True
                 result = fut.result()
                 if not inspect.isawaitable(result):
+                    slot.ran_for = loop.time() - slot.started_at
                     return True
                 # Called as sync, it returned an awaitable (an ``async def``
                 # behind a sync decorator): its body has not run yet.
@@ -116,50 +143,59 @@ class Executor:
             qs.held.pop(slot.key, None)
 
     async def _returned(self, qs: QueueState, slot: Slot, result: object) -> None:
-        job = slot.job
         if qs.binding.handler.wants_session:
             if result is True:
-                log.debug("job %d done (acked with the handler's session)", job.id)
+                self._report.acked(qs, slot, by_session=True)
             else:
-                log.warning(
-                    "job %d: claim lost before the ack; the handler's writes were rolled back",
-                    job.id,
-                )
+                self._report.lost(qs, slot, "before the ack; the handler's writes rolled back")
             return
         if slot.lost:
-            log.warning("job %d finished after its claim was lost; not acked", job.id)
+            self._report.lost(qs, slot, "while the handler ran; not acked")
             return
         if await self._completer.ack(qs, slot.key):
-            log.debug("job %d done", job.id)
+            self._report.acked(qs, slot)
         else:
-            log.warning("job %d finished but its claim was lost before the ack", job.id)
+            self._report.lost(qs, slot, "before the ack")
 
     async def _raised(self, qs: QueueState, slot: Slot, exc: BaseException) -> None:
-        job = slot.job
         # A session handler that raised after its ack reached the database
         # (e.g. the commit failed) spent the handle; the claim is the same.
-        handle = HandleCore(qs.binding.core, job) if slot.handle.spent else slot.handle
+        handle = HandleCore(qs.binding.core, slot.job) if slot.handle.spent else slot.handle
+        trace = traceback_text(exc)
         if isinstance(exc, FailJob):
             text = stored_error(exc.error)
-            log.info("job %d failed by its handler: %s", job.id, text)
-            await self._record(slot, "fail", qs.port.fail(handle, text))
+            if await self._record(qs, slot, "fail", qs.port.fail(handle, text, trace)):
+                self._report.dead(qs, slot, text, exc)
             return
-        delay: float | None = None
         if isinstance(exc, RetryJob):
             text = stored_error(exc.error)
-            delay = _retry_delay(job, exc.delay)
+            delay = self._delay(qs, slot.job, _retry_delay(slot.job, exc.delay))
         else:
             text = exception_text(exc)
-        log.info(
-            "job %d (attempt %d/%d) raised %s: %s",
-            job.id,
-            job.attempts,
-            job.max_attempts,
-            type(exc).__name__,
-            text,
-            exc_info=exc if log.isEnabledFor(logging.DEBUG) else None,
-        )
-        await self._record(slot, "retry", qs.port.retry(handle, text, delay))
+            delay = self._delay(qs, slot.job, None)
+        await self._retry(qs, slot, handle, text, delay, exc, trace)
+
+    async def _retry(
+        self,
+        qs: QueueState,
+        slot: Slot,
+        handle: HandleCore,
+        text: str | None,
+        delay: float,
+        exc: BaseException | None,
+        trace: str | None,
+        *,
+        timed_out: bool = False,
+    ) -> None:
+        outcome = await self._record(qs, slot, "retry", qs.port.retry(handle, text, delay, trace))
+        if outcome == "retried":
+            self._report.retried(qs, slot, text, delay, exc, timed_out=timed_out)
+        elif outcome == "dead":
+            self._report.dead(qs, slot, text, exc, timed_out=timed_out)
+
+    def _delay(self, qs: QueueState, job: Job, asked: float | None) -> float:
+        """The retry's delay: the handler's, else the queue's curve (Q17), known here to log it."""
+        return backoff_delay(qs.binding.core.opts, job.attempts) if asked is None else asked
 
     async def _timed_out(self, qs: QueueState, slot: Slot) -> None:
         """A handler past ``job_timeout`` failed like an exception (Q27)."""
@@ -167,40 +203,77 @@ class Executor:
         fut = slot.fut
         assert fut is not None
         timeout = self._run.settings.job_timeout
+        assert timeout is not None
+        slot.ran_for = timeout
         text = f"job timed out after {timeout:g} s"
         if isinstance(fut, asyncio.Task):
             fut.cancel()
-
-        # A sync handler's thread cannot be stopped: its slot stays taken until
-        # it returns, so the worker never runs more than ``concurrency`` at once.
-        def handler_returned(f: asyncio.Future[object]) -> None:
-            consume_outcome(f)
-            qs.free(slot, self._run.loop.time())
-
-        fut.add_done_callback(handler_returned)
-        log.warning("job %d: %s; retrying", slot.job.id, text)
+        self._watch_stuck(qs, slot, timeout)
         try:
-            await self._record(slot, "retry", qs.port.retry(slot.handle, text, None))
+            delay = self._delay(qs, slot.job, None)
+            await self._retry(qs, slot, slot.handle, text, delay, None, None, timed_out=True)
         finally:
             qs.held.pop(slot.key, None)
 
-    async def _record(self, slot: Slot, what: str, outcome: Awaitable[bool]) -> None:
-        try:
-            ok = await outcome
-        except HandleSpentError:
-            # Not a lost claim: the handler's session ack already used the handle.
+    def _watch_stuck(self, qs: QueueState, slot: Slot, timeout: float) -> None:
+        """B5: a handler still running past ``job_timeout`` is stuck until it returns.
+
+        A sync handler's thread cannot be stopped: its slot stays taken until
+        it returns, so the worker never runs more than ``concurrency`` at
+        once; meanwhile it is counted in ``health().stuck`` and logged once
+        per ``job_timeout``.
+        """
+        fut = slot.fut
+        assert fut is not None
+        run = self._run
+        run.stuck.add(slot)
+        job = slot.job
+
+        def still_running(times: int) -> None:
+            if fut.done():
+                return
             log.warning(
-                "job %d: %s skipped, the handler's session ack already spent the handle",
-                slot.job.id,
-                what,
+                "job %d on %s: its handler is still running %gs after it timed out "
+                "(its slot stays taken until it returns)",
+                job.id,
+                qs.name,
+                times * timeout,
+                extra={"alkstore_queue": qs.name, "alkstore_job_id": job.id},
             )
-            return
+            handles[0] = run.loop.call_later(timeout, still_running, times + 1)
+
+        handles = [run.loop.call_later(timeout, still_running, 1)]
+
+        def handler_returned(f: asyncio.Future[object]) -> None:
+            consume_outcome(f)
+            handles[0].cancel()
+            run.stuck.discard(slot)
+            qs.free(slot, run.loop.time())
+
+        fut.add_done_callback(handler_returned)
+
+    async def _record(
+        self, qs: QueueState, slot: Slot, what: str, outcome: Awaitable[R]
+    ) -> R | None:
+        """The outcome's result; None (reported lost) when it could not be recorded."""
+        try:
+            result = await outcome
+        except HandleSpentError:
+            # The handler's session ack already used the handle (its commit then failed).
+            self._report.lost(
+                qs, slot, f"{what} skipped, the handler's session ack spent the handle"
+            )
+            return None
         except Exception as exc:
             # The claim lapses and the job is handed out again (at least once).
-            log.warning("job %d: recording %s failed: %s", slot.job.id, what, exc)
-            return
-        if not ok:
-            log.warning("job %d: %s refused, the claim was already lost", slot.job.id, what)
+            self._run.db_failed()
+            self._report.lost(qs, slot, f"recording the {what} failed: {exc}")
+            return None
+        self._run.db_ok()
+        if not result:
+            self._report.lost(qs, slot, f"{what} refused, the claim was already gone")
+            return None
+        return result
 
 
 def _retry_delay(job: Job, delay: object) -> float | None:

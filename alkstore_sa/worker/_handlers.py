@@ -9,11 +9,22 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["HandlerSpec", "exception_text", "inspect_handler", "returned_awaitable", "stored_error"]
+__all__ = [
+    "HandlerSpec",
+    "awaited_in",
+    "called_in",
+    "exception_text",
+    "inspect_handler",
+    "returned_awaitable",
+    "stored_error",
+]
+
+T = TypeVar("T")
 
 # PostgreSQL text cannot hold NUL, and a huge traceback-sized message helps
 # nobody in a table column: keep the first 8000 characters.
@@ -110,3 +121,15 @@ def returned_awaitable(spec: HandlerSpec, result: object) -> TypeError:
         f"handler {spec.name} returned a coroutine ({type(result).__name__}) instead of "
         "running; async handlers must be run by AsyncWorker"
     )
+
+
+def called_in(scope: AbstractContextManager[object], fn: Callable[[], T]) -> T:
+    """``fn()`` inside ``scope``, on whatever thread runs it (a handler's scope)."""
+    with scope:
+        return fn()
+
+
+async def awaited_in(scope: AbstractContextManager[object], awaitable: Awaitable[T]) -> T:
+    """``await awaitable`` inside ``scope``, in the task that awaits it."""
+    with scope:
+        return await awaitable

@@ -64,10 +64,17 @@ class Heartbeats:
         try:
             extended = set(await qs.port.heartbeat([s.key for s in due]))
         except Exception as exc:
-            log.warning("heartbeat on %s failed: %s; retrying", qs.name, exc)
+            failures = self._run.db_failed()
+            log.warning(
+                "heartbeat on %s failed (%d database errors in a row): %s; retrying",
+                qs.name,
+                failures,
+                exc,
+            )
             for s in due:
                 s.next_beat = now + min(BEAT_RETRY, s.beat_every / 2)
             return
+        self._run.db_ok()
         for s in due:
             if s.job.id in extended or s.finishing:
                 # A finishing job's row may be gone already: its outcome says
@@ -77,8 +84,11 @@ class Heartbeats:
                 # Kept in ``held`` (not beaten, never acked): shutdown must still
                 # cancel or abandon its handler within the grace.
                 s.lost = True
-                log.warning(
-                    "job %d: heartbeat found its claim gone (lapsed, cancelled or "
+                # Not the outcome yet: that is reported (lost) when the handler returns.
+                log.info(
+                    "job %d on %s: heartbeat found its claim gone (lapsed, cancelled or "
                     "reclaimed); it will not be acked",
                     s.job.id,
+                    qs.name,
+                    extra={"alkstore_queue": qs.name, "alkstore_job_id": s.job.id},
                 )

@@ -61,7 +61,8 @@ def listen_conninfo(conn: Connection, *, application_name: str) -> str:
 class Listener:
     """LISTENs on ``channels`` and calls ``wake(channel)`` for each notification.
 
-    ``on_listening()`` runs after every successful (re)LISTEN.
+    ``on_listening(True)`` runs after every successful (re)LISTEN,
+    ``on_listening(False)`` when an established LISTEN is lost.
     """
 
     def __init__(
@@ -69,7 +70,7 @@ class Listener:
         conninfo: Callable[[], Awaitable[str]],
         channels: list[str],
         wake: Callable[[str], None],
-        on_listening: Callable[[], None],
+        on_listening: Callable[[bool], None],
     ) -> None:
         self._conninfo = conninfo  # where to connect, asked for before each connect
         self._channels = channels
@@ -94,6 +95,8 @@ class Listener:
                 what = "connection lost" if self._listening else "cannot connect"
                 log.warning("listener %s: %s; reconnecting in %.2fs", what, exc, delay)
             finally:
+                if self._listening:
+                    self._on_listening(False)
                 await self._close()
             # A connection that stayed up a while resets the backoff.
             if self._listening and loop.time() - started >= RECONNECT_CAP:
@@ -112,7 +115,7 @@ class Listener:
             log.info("listener reconnected; LISTEN on %d channel(s)", len(self._channels))
         else:
             log.debug("listener up; LISTEN on %s", ", ".join(self._channels))
-        self._on_listening()
+        self._on_listening(True)
         while True:
             async for note in conn.notifies(timeout=LIVENESS_INTERVAL):
                 self._wake(note.channel)
@@ -132,7 +135,7 @@ async def listen(
     application_name: str,
     channels: Sequence[str],
     wake: Callable[[str], None],
-    on_listening: Callable[[], None],
+    on_listening: Callable[[bool], None],
 ) -> None:
     """``Backend.listen`` of both real backends: a ``Listener`` reading where to
     connect from ``port`` before each (re)connect, until cancelled."""

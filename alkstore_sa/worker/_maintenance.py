@@ -39,8 +39,10 @@ class Maintenance:
         try:
             result = await qs.port.sweep()
         except Exception as exc:
+            self._run.db_failed()
             log.warning("sweep of %s failed: %s; trying again next interval", qs.name, exc)
             return
+        self._run.db_ok()
         if result.expired or result.purged:
             log.info(
                 "swept %s: %d expired job(s) dead-lettered, %d old dead job(s) purged",

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Sequence
+from contextlib import AbstractContextManager
 from typing import Protocol
 
 from .._core import HandleCore
 from .._job import Job, SweepResult
-from .._ops import Released
+from .._ops import Released, Retried
 
 __all__ = ["Backend", "ClaimKey", "QueuePort"]
 
@@ -51,12 +52,17 @@ class QueuePort(Protocol):
         """Extend the claims still held by each job's visibility timeout; returns their ids."""
         ...
 
-    async def retry(self, handle: HandleCore, error: str | None, delay: float | None) -> bool:
-        """Q17/Q18 through ``handle`` (one-shot, Q20); ``delay`` None is the queue's curve."""
+    async def retry(
+        self, handle: HandleCore, error: str | None, delay: float, traceback: str | None
+    ) -> Retried | None:
+        """Q17/Q18 through ``handle`` (one-shot, Q20), ``traceback`` into the history (B2).
+
+        ``"dead"`` when it was the last attempt; None when the claim was gone.
+        """
         ...
 
-    async def fail(self, handle: HandleCore, error: str | None) -> bool:
-        """Q19 through ``handle`` (one-shot, Q20)."""
+    async def fail(self, handle: HandleCore, error: str | None, traceback: str | None) -> bool:
+        """Q19 through ``handle`` (one-shot, Q20), ``traceback`` into the history (B2)."""
         ...
 
     async def release(self, claim: ClaimKey) -> Released | None:
@@ -71,12 +77,21 @@ class QueuePort(Protocol):
         """Q12 + Q25 for this queue, with its handle's options (O7)."""
         ...
 
+    async def check_schema(self) -> None:
+        """Raise ``SchemaMissingError`` when this queue's tables are missing or outdated (B5)."""
+        ...
+
     async def listen_conninfo(self, application_name: str) -> str:
         """The psycopg connection string of this queue's LISTEN connection."""
         ...
 
-    def start(self, handle: HandleCore) -> asyncio.Future[object]:
+    def start(
+        self, handle: HandleCore, scope: AbstractContextManager[object] | None
+    ) -> asyncio.Future[object]:
         """Start the queue's handler on ``handle.job``; the future gets its outcome.
+
+        ``scope`` (the instrumentation's, e.g. a tracing span) is entered
+        around the handler's run in its own thread or task.
 
         A session-scoped handler's future resolves to whether its session's
         ack landed (Q28); a plain handler's to whatever it returned.
@@ -97,13 +112,13 @@ class Backend(Protocol):
         application_name: str,
         channels: Sequence[str],
         wake: Callable[[str], None],
-        on_listening: Callable[[], None],
+        on_listening: Callable[[bool], None],
     ) -> None:
         """LISTEN on ``channels`` where ``port``'s database is, until cancelled.
 
-        ``wake(channel)`` for each notification; ``on_listening()`` each time
-        LISTEN is (re)established, since notifications sent while it was
-        down are lost.
+        ``wake(channel)`` for each notification; ``on_listening(True)`` each
+        time LISTEN is (re)established, since notifications sent while it was
+        down are lost, and ``on_listening(False)`` each time it is lost.
         """
         ...
 

@@ -12,25 +12,31 @@ When it claims (Q26):
 - on the re-poll timer (``poll_interval``), which covers lost notifications
   and delayed jobs coming due.
 
-A failed claim is logged and not retried at once: the timer (or a wake)
-tries again, so a database outage is never a busy loop.
+A failed claim is logged and retried after a delay that doubles with each
+failure in a row, from ``poll_interval`` up to ``BACKOFF_CAP`` (B5); wakes
+do not cut it short, so a database outage (or tables dropped mid-run) is
+never a busy loop, and never silent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
+from datetime import UTC, datetime
 
+from .._instrument import notify
 from ._executor import Executor
 from ._state import QueueState, RunState
 
-__all__ = ["SETTLE_CAP", "Producer"]
+__all__ = ["BACKOFF_CAP", "SETTLE_CAP", "Producer"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
 SETTLE_CAP = 0.05  # a backlog's free slot never waits longer than this for company
+BACKOFF_CAP = 30.0  # the longest wait between claims while they fail (B5)
 
 
 class Producer:
@@ -38,6 +44,8 @@ class Producer:
         self._run = run
         self._qs = qs
         self._executor = executor
+        self._failures = 0  # claims failed in a row
+        self._backoff_until = -math.inf  # loop time before which no claim is tried
 
     async def run(self) -> None:
         """Claim until the run stops."""
@@ -50,7 +58,9 @@ class Producer:
             now = loop.time()
             free = concurrency - qs.busy - qs.claiming
             settle_at = next_poll
-            if free > 0 and not qs.claiming and (qs.woken or qs.backlog):
+            if now < self._backoff_until:
+                settle_at = next_poll = self._backoff_until
+            elif free > 0 and not qs.claiming and (qs.woken or qs.backlog):
                 settle_at = qs.free_since + qs.settle
                 prompt = qs.woken and not qs.backlog
                 if prompt or free == concurrency or now >= settle_at:
@@ -79,13 +89,44 @@ class Producer:
             took = min(loop.time() - started, SETTLE_CAP)
             qs.settle += (took - qs.settle) / 4  # a moving average of the claim's round trip
         except Exception as exc:
-            # Not woken again: the timer (or a wake) retries, no busy loop.
-            log.warning("claim on %s failed: %s", qs.name, exc)
+            self._failed(exc)
             jobs = []
+        else:
+            self._succeeded()
         finally:
             qs.claiming -= n
+        if jobs:
+            for observer in self._run.observers:
+                notify(functools.partial(observer.claimed, qs.name, jobs), "claimed")
         for job in jobs:
             self._executor.start(qs, job)
         if len(jobs) == n:
             qs.backlog = True  # a full batch: there may be more
         qs.signal.set()
+
+    def _failed(self, exc: Exception) -> None:
+        self._run.db_failed()
+        self._failures += 1
+        wait = min(self._run.settings.poll_interval * 2 ** (self._failures - 1), BACKOFF_CAP)
+        self._backoff_until = self._run.loop.time() + wait
+        log.warning(
+            "claim on %s failed (%d in a row): %s; next try in %gs",
+            self._qs.name,
+            self._failures,
+            exc,
+            wait,
+            extra={"alkstore_queue": self._qs.name},
+        )
+
+    def _succeeded(self) -> None:
+        self._run.db_ok()
+        self._run.last_claim_at = datetime.now(UTC)
+        if self._failures:
+            log.info(
+                "claims on %s work again after %d failure(s)",
+                self._qs.name,
+                self._failures,
+                extra={"alkstore_queue": self._qs.name},
+            )
+            self._failures = 0
+            self._backoff_until = -math.inf

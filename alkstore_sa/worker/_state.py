@@ -5,13 +5,24 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import NamedTuple
 
 from .._core import HandleCore, QueueCore
+from .._instrument import Observer
 from .._job import Job
 from ._handlers import HandlerSpec
 from ._port import ClaimKey, QueuePort
 
-__all__ = ["SETTLE_FIRST", "QueueBinding", "QueueState", "RunState", "Settings", "Slot"]
+__all__ = [
+    "SETTLE_FIRST",
+    "QueueBinding",
+    "QueueState",
+    "RunState",
+    "Settings",
+    "Slot",
+    "WorkerHealth",
+]
 
 SETTLE_FIRST = 0.002  # a backlog's free slot waits about one claim round trip (seconds)
 
@@ -25,6 +36,33 @@ class Settings:
     job_timeout: float | None
     sweep_interval: float | None  # None: this worker never sweeps (O7)
     handle_signals: bool
+
+
+class WorkerHealth(NamedTuple):
+    """A worker's health (B5), as ``Worker.health()`` reads it.
+
+    ``running``: a run is under way and not stopping.  ``busy``: handlers
+    running.  ``stuck``: handlers still running past ``job_timeout`` (their
+    jobs were already retried).  ``last_claim_at``: when a claim round trip
+    last succeeded (jobs or none: an idle healthy worker renews it every
+    ``poll_interval``).  ``listener_connected``: LISTEN is established on
+    every engine.  ``db_errors``: database calls failed in a row (0 once
+    one succeeds).
+    """
+
+    running: bool
+    busy: int
+    stuck: int
+    last_claim_at: datetime | None
+    listener_connected: bool
+    db_errors: int
+
+    @property
+    def healthy(self) -> bool:
+        """What ``/healthz`` answers 200 for: running, the last database call
+        succeeded, and no handler stuck (a stuck thread cannot be stopped:
+        only a restart frees its slot)."""
+        return self.running and self.db_errors == 0 and self.stuck == 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +80,8 @@ class Slot:
 
     job: Job
     handle: HandleCore
+    started_at: float = 0.0  # loop time the handler started
+    ran_for: float | None = None  # seconds the handler ran, once it returned or timed out
     beat_every: float = 0.0  # set by Heartbeats.track
     next_beat: float = 0.0  # loop time of its next heartbeat
     fut: asyncio.Future[object] | None = None
@@ -103,6 +143,21 @@ class RunState:
     abandoning: asyncio.Event = field(default_factory=asyncio.Event)  # no more grace
     progress: asyncio.Event = field(default_factory=asyncio.Event)  # a handler returned
     jobs: set[asyncio.Task[None]] = field(default_factory=set)  # one task per claimed job
+    observers: tuple[Observer, ...] = ()  # the instrumentation installed when the run began
+    # B5, read by health():
+    stuck: set[Slot] = field(default_factory=set)  # handlers running past job_timeout
+    db_errors: int = 0  # consecutive failed database calls
+    last_claim_at: datetime | None = None  # the last claim round trip that succeeded
+    listeners: int = 0  # listener tasks (one per engine)
+    listening: int = 0  # of which have LISTEN established
 
     def held(self) -> list[Slot]:
         return [slot for qs in self.queues for slot in qs.held.values()]
+
+    def db_ok(self) -> None:
+        self.db_errors = 0
+
+    def db_failed(self) -> int:
+        """Count one more failed database call in a row; returns the count."""
+        self.db_errors += 1
+        return self.db_errors

@@ -20,6 +20,7 @@ import threading
 from collections.abc import Callable, Coroutine, Hashable, Sequence
 from types import FrameType
 
+from .._instrument import installed
 from . import _shutdown
 from ._completer import Completer
 from ._executor import Executor
@@ -27,7 +28,7 @@ from ._heartbeats import Heartbeats
 from ._maintenance import Maintenance
 from ._port import Backend
 from ._producer import Producer
-from ._state import QueueBinding, QueueState, RunState, Settings
+from ._state import QueueBinding, QueueState, RunState, Settings, WorkerHealth
 
 __all__ = ["Supervisor"]
 
@@ -78,10 +79,36 @@ class Supervisor:
 
     # -- the run (on its event loop) ----------------------------------------------
 
+    def health(self) -> WorkerHealth:
+        """B5: the run's health now (any thread; a snapshot, never a lock on the loop)."""
+        with self._lock:
+            run = self._run
+        if run is None:
+            return WorkerHealth(False, 0, 0, None, False, 0)
+        return WorkerHealth(
+            running=not run.stopping.is_set(),
+            busy=sum(qs.busy for qs in run.queues),
+            stuck=len(run.stuck),
+            last_claim_at=run.last_claim_at,
+            listener_connected=run.listening >= run.listeners > 0,
+            db_errors=run.db_errors,
+        )
+
     async def run(self, queues: Sequence[QueueBinding], backend: Backend) -> None:
-        """Run until stopped; ``backend`` is closed when the run ends."""
+        """Run until stopped; ``backend`` is closed when the run ends.
+
+        Raises ``SchemaMissingError`` before claiming anything when a queue's
+        tables are missing or older than the package (B5).
+        """
         loop = asyncio.get_running_loop()
+        try:
+            for binding in queues:
+                await binding.port.check_schema()
+        except BaseException:
+            backend.close()
+            raise
         run = RunState(self.settings, [QueueState(b) for b in queues], loop)
+        run.observers = installed()
         with self._lock:
             self._run = run
         self._apply_stop(run)  # a stop() asked for before run()
@@ -100,6 +127,7 @@ class Supervisor:
             loop.create_task(listening, name="alkstore-listener")
             for listening in self._listeners(run, backend)
         ]
+        run.listeners = len(listeners)
         producers = [
             loop.create_task(Producer(run, qs, executor).run(), name=f"alkstore-producer-{qs.name}")
             for qs in run.queues
@@ -168,9 +196,11 @@ class Supervisor:
                 if qs is not None:
                     qs.wake()
 
-            def listening(members: list[QueueState] = members) -> None:
-                for qs in members:
-                    qs.wake()  # Q26: claim once LISTEN is established
+            def listening(up: bool, members: list[QueueState] = members) -> None:
+                run.listening += 1 if up else -1
+                if up:
+                    for qs in members:
+                        qs.wake()  # Q26: claim once LISTEN is established
 
             listeners.append(
                 backend.listen(members[0].port, application_name, list(by_channel), wake, listening)

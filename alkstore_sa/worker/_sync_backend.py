@@ -15,7 +15,8 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 from sqlalchemy import Connection
@@ -23,10 +24,10 @@ from sqlalchemy.orm import Session
 
 from .._core import Call, HandleCore, QueueCore
 from .._job import Job, SweepResult
-from .._ops import Released
+from .._ops import Released, Retried
 from .._sa_internals import pool_capacity
 from ..store import Queue, Store, queue_parts, run_call
-from ._handlers import HandlerSpec, returned_awaitable
+from ._handlers import HandlerSpec, called_in, returned_awaitable
 from ._listener import listen, listen_conninfo
 from ._port import ClaimKey
 from ._state import QueueBinding
@@ -160,11 +161,13 @@ class SyncQueuePort:
     async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
         return await self._backend.run(self._store, self._core.heartbeat_claims(list(claims)))
 
-    async def retry(self, handle: HandleCore, error: str | None, delay: float | None) -> bool:
-        return await self._backend.run(self._store, handle.retry(error, delay))
+    async def retry(
+        self, handle: HandleCore, error: str | None, delay: float, traceback: str | None
+    ) -> Retried | None:
+        return await self._backend.run(self._store, handle.retry(error, delay, traceback=traceback))
 
-    async def fail(self, handle: HandleCore, error: str | None) -> bool:
-        return await self._backend.run(self._store, handle.fail(error))
+    async def fail(self, handle: HandleCore, error: str | None, traceback: str | None) -> bool:
+        return await self._backend.run(self._store, handle.fail(error, traceback=traceback))
 
     async def release(self, claim: ClaimKey) -> Released | None:
         return await self._backend.run(self._store, self._core.release(*claim))
@@ -174,15 +177,23 @@ class SyncQueuePort:
         result: SweepResult = await self._backend.lanes.db.submit(call)
         return result
 
+    async def check_schema(self) -> None:
+        await self._backend.run(self._store, self._core.check_schema())
+
     async def listen_conninfo(self, application_name: str) -> str:
         call = functools.partial(listen_conninfo, application_name=application_name)
         return await self._backend.run(self._store, call)
 
-    def start(self, handle: HandleCore) -> asyncio.Future[object]:
+    def start(
+        self, handle: HandleCore, scope: AbstractContextManager[object] | None
+    ) -> asyncio.Future[object]:
+        fn: Callable[[], object]
         if self._handler.wants_session:
             fn = functools.partial(_session_call, self._store, self._handler, handle)
         else:
             fn = functools.partial(self._handler.fn, handle.job)
+        if scope is not None:
+            fn = functools.partial(called_in, scope, fn)
         return self._backend.lanes.handlers.submit(fn)
 
     def follow(self, result: Awaitable[object]) -> asyncio.Future[object]:

@@ -21,7 +21,7 @@ from ..aio import AsyncQueue
 from ..store import Queue
 from ._async_backend import AsyncBackend
 from ._handlers import HandlerSpec, inspect_handler
-from ._state import Settings
+from ._state import Settings, WorkerHealth
 from ._supervisor import Supervisor
 from ._sync_backend import SyncBackend
 
@@ -109,6 +109,11 @@ class _Base:
         ``run()`` makes ``run()`` return right after starting.
         """
         self._supervisor.stop()
+
+    def health(self) -> WorkerHealth:
+        """B5: how the worker is doing now (thread-safe; before and after a run,
+        ``running`` is False).  ``health().healthy`` is what ``/healthz`` serves."""
+        return self._supervisor.health()
 
     def _override_concurrency(self, concurrency: int) -> None:
         """For ``alkstore worker --concurrency``: change it on a worker built elsewhere.

@@ -1,0 +1,162 @@
+"""How a worker tells what became of each job: one log record (B1) and the observers (B3, B4).
+
+Every handler run ends in exactly one report here, so the log, the metrics
+and the spans agree on it:
+
+- ``acked``: DEBUG;
+- ``retried``: WARNING, with the error and the delay;
+- ``dead``: ERROR, with the word "dead-lettered" and why;
+- ``lost``: WARNING (the claim lapsed, or the outcome could not be
+  recorded: the job is handed out again, or buried if it had no attempt
+  left, Q12).
+
+The handler's traceback is attached (``exc_info``) to retry and dead-letter
+records caused by an exception, not to a deliberate ``RetryJob`` or
+``FailJob``.  Every record carries ``alkstore_queue``, ``alkstore_job_id``,
+``alkstore_attempt``, ``alkstore_max_attempts`` and ``alkstore_outcome`` as
+``extra`` fields for structured log handlers.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import traceback as tb
+from typing import Any
+
+from .._errors import FailJob, RetryJob
+from .._instrument import Outcome, notify
+from .._job import Job
+from ._handlers import MAX_ERROR_CHARS
+from ._state import QueueState, RunState, Slot
+
+__all__ = ["Reporter", "traceback_text"]
+
+log = logging.getLogger("alkstore_sa.worker")
+
+
+def traceback_text(exc: BaseException | None) -> str | None:
+    """The handler's traceback for the error history (B2): its last MAX_ERROR_CHARS."""
+    if exc is None:
+        return None
+    text = "".join(tb.format_exception(exc)).replace("\x00", "")
+    return text[-MAX_ERROR_CHARS:]
+
+
+def _deliberate(exc: BaseException | None) -> bool:
+    return isinstance(exc, RetryJob | FailJob)
+
+
+def _extra(job: Job, queue: str, outcome: Outcome) -> dict[str, Any]:
+    return {
+        "alkstore_queue": queue,
+        "alkstore_job_id": job.id,
+        "alkstore_attempt": job.attempts,
+        "alkstore_max_attempts": job.max_attempts,
+        "alkstore_outcome": outcome,
+    }
+
+
+class Reporter:
+    """Reports the outcome of each handler run of one worker run."""
+
+    def __init__(self, run: RunState) -> None:
+        self._run = run
+
+    def _notify(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None:
+        for observer in self._run.observers:
+            finished = functools.partial(
+                observer.finished, qs.name, slot.job, outcome, slot.ran_for
+            )
+            notify(finished, "finished")
+
+    def acked(self, qs: QueueState, slot: Slot, *, by_session: bool = False) -> None:
+        job = slot.job
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "job %d on %s acked (attempt %d/%d)%s",
+                job.id,
+                qs.name,
+                job.attempts,
+                job.max_attempts,
+                " with the handler's session" if by_session else "",
+                extra=_extra(job, qs.name, "acked"),
+            )
+        self._notify(qs, slot, "acked")
+
+    def retried(
+        self,
+        qs: QueueState,
+        slot: Slot,
+        error: str | None,
+        delay: float,
+        exc: BaseException | None,
+        *,
+        timed_out: bool = False,
+    ) -> None:
+        job = slot.job
+        if timed_out:
+            why = "timed out"
+        elif isinstance(exc, RetryJob):
+            why = "asked to be retried"
+        else:
+            why = f"raised {type(exc).__name__}"
+        log.warning(
+            "job %d on %s %s (attempt %d/%d); retrying in %gs: %s",
+            job.id,
+            qs.name,
+            why,
+            job.attempts,
+            job.max_attempts,
+            delay,
+            error,
+            exc_info=None if _deliberate(exc) else exc,
+            extra=_extra(job, qs.name, "retried"),
+        )
+        self._notify(qs, slot, "retried")
+
+    def dead(
+        self,
+        qs: QueueState,
+        slot: Slot,
+        error: str | None,
+        exc: BaseException | None,
+        *,
+        timed_out: bool = False,
+    ) -> None:
+        job = slot.job
+        if isinstance(exc, FailJob):
+            why = "failed by its handler" + ("" if error is None else f": {error}")
+        else:
+            cause = (
+                "timed out"
+                if timed_out
+                else "asked to be retried"
+                if isinstance(exc, RetryJob)
+                else f"raised {type(exc).__name__}"
+            )
+            why = f"max attempts exceeded; its last attempt {cause}: {error}"
+        log.error(
+            "job %d on %s dead-lettered after attempt %d/%d: %s",
+            job.id,
+            qs.name,
+            job.attempts,
+            job.max_attempts,
+            why,
+            exc_info=None if _deliberate(exc) else exc,
+            extra=_extra(job, qs.name, "dead"),
+        )
+        self._notify(qs, slot, "dead")
+
+    def lost(self, qs: QueueState, slot: Slot, why: str) -> None:
+        job = slot.job
+        log.warning(
+            "job %d on %s (attempt %d/%d): claim lost: %s",
+            job.id,
+            qs.name,
+            job.attempts,
+            job.max_attempts,
+            why,
+            extra=_extra(job, qs.name, "lost"),
+        )
+        self._notify(qs, slot, "lost")
