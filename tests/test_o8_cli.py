@@ -159,6 +159,16 @@ def _as_json(job: Job) -> dict[str, object]:
             value = base64.b64encode(value).decode()
         elif isinstance(value, datetime):
             value = value.isoformat()
+        elif f.name == "errors":  # B2: a list of objects
+            value = [
+                {
+                    "attempt": e.attempt,
+                    "at": e.at.isoformat(),
+                    "error": e.error,
+                    "traceback": e.traceback,
+                }
+                for e in value
+            ]
         out[f.name] = value
     return out
 
@@ -171,6 +181,7 @@ def test_o8_cli_jobs_lists_live_and_dead_newest_first(database_url: URL, store_o
     listed = json.loads(proc.stdout)
     ids = [j["id"] for j in listed]
     assert len(ids) == 7 and ids == sorted(ids, reverse=True)
+    assert any(item["errors"] for item in listed)  # the dead rows have a history
     for item in listed:
         job = q.get_job(item["id"])
         assert job is not None and item == _as_json(job)

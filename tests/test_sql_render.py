@@ -40,6 +40,7 @@ PARAMS: dict[str, Any] = {
     "p_attempts": 1,
     "p_extend": timedelta(seconds=5),
     "p_error": None,
+    "p_traceback": None,
     "p_job_ids": [1, 2],
     "p_attempts_list": [1, 1],
     "p_retention": timedelta(days=1),

@@ -19,10 +19,10 @@ from sqlalchemy import (
     func,
     insert,
     literal,
-    literal_column,
     null,
     select,
 )
+from sqlalchemy.dialects.postgresql import JSONPATH
 
 from .._job import ERROR_HISTORY_LIMIT
 from ..schema import dead_jobs, jobs
@@ -77,25 +77,26 @@ def with_error(
 ) -> ColumnElement[Any]:
     """B2: ``errors`` with one entry appended, keeping the newest ERROR_HISTORY_LIMIT.
 
-    The keys are constants of this module, so they are SQL text; every value
-    is a column or a bound parameter.
+    The keys and the slice are bound like any value (the statement text
+    holds no literal).
     """
+
+    def key(name: str) -> ColumnElement[str]:
+        return literal(name, type_=Text)
+
     entry = func.jsonb_build_object(
-        literal_column("'attempt'"),
+        key("attempt"),
         attempt,
-        literal_column("'at'"),
+        key("at"),
         NOW,
-        literal_column("'error'"),
+        key("error"),
         cast(error, Text),
-        literal_column("'traceback'"),
+        key("traceback"),
         null() if traceback is None else traceback,
     )
-    grown = func.coalesce(errors, literal_column("'[]'::jsonb")).op("||")(
-        func.jsonb_build_array(entry)
-    )
-    return func.jsonb_path_query_array(
-        grown, literal_column(f"'$[last - {ERROR_HISTORY_LIMIT - 1} to last]'::jsonpath")
-    )
+    grown = func.coalesce(errors, func.jsonb_build_array()).op("||")(func.jsonb_build_array(entry))
+    newest = cast(literal(f"$[last - {ERROR_HISTORY_LIMIT - 1} to last]", type_=Text), JSONPATH)
+    return func.jsonb_path_query_array(grown, newest)
 
 
 def move_to_dead(

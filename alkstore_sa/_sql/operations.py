@@ -113,8 +113,9 @@ def list_jobs() -> Select[Any]:
 def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
     """Move the oldest ``:limit`` matching dead rows of ``:queue`` back to pending.
 
-    Same id, payload, priority, max_attempts, visibility_timeout, created_at
-    and last_error; ``attempts = 0``, ``run_at = now``, no expiry, no claim.
+    Same id, payload, priority, max_attempts, visibility_timeout, created_at,
+    last_error, error history (B2) and trace context (B3); ``attempts = 0``,
+    ``run_at = now``, no expiry, no claim.
     The dead rows are locked with SKIP LOCKED first, so two requeues (or a
     requeue and a purge) never move one row twice.  One row back: how many
     moved, and how many notifications were sent (1 when any moved, else 0).
@@ -132,18 +133,27 @@ def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
         .returning(*dead_jobs.c)
         .cte("moved")
     )
-    kept = ("id", "queue", "payload", "priority", "max_attempts", "visibility_timeout")
+    kept = (
+        "id",
+        "queue",
+        "payload",
+        "priority",
+        "max_attempts",
+        "visibility_timeout",
+        "created_at",
+        "last_error",
+        "errors",
+        "trace_context",
+    )
     source = select(
         *(moved.c[name] for name in kept),
-        moved.c.created_at,
-        moved.c.last_error,
         literal("pending", type_=Text),
         NOW,
         literal(0, type_=Integer),
     )
     inserted = (
         insert(jobs)
-        .from_select([*kept, "created_at", "last_error", "status", "run_at", "attempts"], source)
+        .from_select([*kept, "status", "run_at", "attempts"], source)
         .returning(jobs.c.id)
         .cte("requeued")
     )

@@ -150,12 +150,17 @@ def _json_value(value: object) -> object:
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, tuple):  # Job.errors: JobError values
+        return [_json_value(item) for item in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _json_value(getattr(value, f.name)) for f in dataclasses.fields(value)}
     return value
 
 
 def job_json(job: Job) -> dict[str, object]:
-    """A ``Job`` as JSON: its fields, the payload as base64, times as ISO 8601."""
-    return {f.name: _json_value(getattr(job, f.name)) for f in dataclasses.fields(job)}
+    """A ``Job`` as JSON: its fields, the payload as base64, times as ISO 8601,
+    ``errors`` as a list of objects (B2)."""
+    return _json_value(job)  # type: ignore[return-value]
 
 
 def _when(value: datetime | None) -> str:

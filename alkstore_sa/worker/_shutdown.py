@@ -109,17 +109,32 @@ async def _release(qs: QueueState, slot: Slot) -> None:
         except Exception as exc:
             log.warning("job %d: release at shutdown failed: %s", slot.job.id, exc)
             return
+        job = slot.job
+        extra = {
+            "alkstore_queue": qs.name,
+            "alkstore_job_id": job.id,
+            "alkstore_attempt": job.attempts,
+            "alkstore_max_attempts": job.max_attempts,
+        }
         if released == "released":
             log.warning(
-                "job %d: still running at shutdown; released for other workers", slot.job.id
+                "job %d on %s (attempt %d/%d): still running at shutdown; "
+                "released for other workers",
+                job.id,
+                qs.name,
+                job.attempts,
+                job.max_attempts,
+                extra=extra,
             )
         elif released == "dead":
             log.error(
-                "job %d: still running at shutdown on its last attempt (%d/%d); "
-                "dead-lettered: max attempts exceeded",
-                slot.job.id,
-                slot.job.attempts,
-                slot.job.max_attempts,
+                "job %d on %s dead-lettered after attempt %d/%d: max attempts exceeded; "
+                "it was still running at shutdown",
+                job.id,
+                qs.name,
+                job.attempts,
+                job.max_attempts,
+                extra=extra,
             )
     finally:
         qs.held.pop(slot.key, None)

@@ -102,8 +102,9 @@ class Supervisor:
         """
         loop = asyncio.get_running_loop()
         try:
-            for binding in queues:
-                await binding.port.check_schema()
+            if not self.stop_requests:  # stopped before it began: nothing to check
+                for binding in queues:
+                    await binding.port.check_schema()
         except BaseException:
             backend.close()
             raise
