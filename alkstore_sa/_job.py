@@ -143,7 +143,7 @@ class Job:
             created_at,
             last_error,
             died_at,
-            _errors(errors),
+            () if errors is None else _errors(errors),
             trace_context,
         )
 

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from contextlib import AbstractContextManager
 from typing import TypeVar
 
@@ -75,6 +75,8 @@ class Executor:
 
     def _scope(self, job: Job) -> AbstractContextManager[object] | None:
         """The observers' scopes around the handler's run (B3 spans); None for none."""
+        if not self._run.observers:
+            return None
         scopes = [
             scope
             for observer in self._run.observers
@@ -82,12 +84,7 @@ class Executor:
         ]
         if not scopes:
             return None
-        if len(scopes) == 1:
-            return scopes[0]
-        stack = contextlib.ExitStack()
-        for scope in scopes:
-            stack.enter_context(scope)  # entered now, in order; closed around the run
-        return stack
+        return scopes[0] if len(scopes) == 1 else _nested(scopes)
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         self._run.jobs.discard(task)
@@ -274,6 +271,15 @@ class Executor:
             self._report.lost(qs, slot, f"{what} refused, the claim was already gone")
             return None
         return result
+
+
+@contextlib.contextmanager
+def _nested(scopes: list[AbstractContextManager[object]]) -> Iterator[None]:
+    """Several observers' scopes as one, entered where the handler runs (not here)."""
+    with contextlib.ExitStack() as stack:
+        for scope in scopes:
+            stack.enter_context(scope)
+        yield
 
 
 def _retry_delay(job: Job, delay: object) -> float | None:
