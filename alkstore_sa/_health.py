@@ -99,7 +99,10 @@ class HealthServer:
         self.host = host
         self.port: int = self._server.server_address[1]
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="alkstore-health", daemon=True
+            target=self._server.serve_forever,
+            args=(0.1,),  # how soon close() takes effect
+            name="alkstore-health",
+            daemon=True,
         )
         self._thread.start()
 
