@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,13 +153,31 @@ def targets(figs: Figures) -> list[Target]:
     return out
 
 
+def b4_ratios(figs: Figures, shape: str) -> list[float]:
+    """B4: each round's instrumented drain rate over the plain one's, in round order."""
+
+    def rates(system: str) -> list[float]:
+        return [f.rate for f in figs.items if (f.case, f.system, f.shape) == ("B4", system, shape)]
+
+    plain, instrumented = rates("alkstore"), rates("alkstore+prometheus")
+    return [i / p for p, i in zip(plain, instrumented, strict=False) if p > 0]
+
+
 def references(figs: Figures) -> dict[str, float | None]:
     """Ratios worth reading beside the targets, but not targets."""
-    return {
+    refs: dict[str, float | None] = {
         "D2 Worker c=50 vs pgqueuer-asyncpg (both hold 50 jobs)": _ratio(
             figs.find("D2", "alkstore-c50"), figs.find("D2", "pgqueuer-asyncpg")
         ),
     }
+    for shape in ("Worker c=10", "AsyncWorker c=10"):
+        ratios = b4_ratios(figs, shape)
+        if ratios:
+            each = " ".join(f"{r:.2f}" for r in ratios)
+            refs[f"B4 {shape} +prometheus / plain, median of {len(ratios)} ({each})"] = (
+                statistics.median(ratios)
+            )
+    return refs
 
 
 def table(figs: Figures, tgts: list[Target]) -> str:
