@@ -153,13 +153,18 @@ def targets(figs: Figures) -> list[Target]:
     return out
 
 
-def b4_ratios(figs: Figures, shape: str) -> list[float]:
-    """B4: each round's instrumented drain rate over the plain one's, in round order."""
+def b4_ratios(figs: Figures, shape: str, cpu: bool = False) -> list[float]:
+    """B4: each round's instrumented figure over the plain one's, in round order: the
+    drain rate (above 1: faster), or with ``cpu`` the client CPU per job (above 1: costlier)."""
 
-    def rates(system: str) -> list[float]:
-        return [f.rate for f in figs.items if (f.case, f.system, f.shape) == ("B4", system, shape)]
+    def values(system: str) -> list[float]:
+        return [
+            f.extra.get("cpu_us_per_job", 0.0) if cpu else f.rate
+            for f in figs.items
+            if (f.case, f.system, f.shape) == ("B4", system, shape)
+        ]
 
-    plain, instrumented = rates("alkstore"), rates("alkstore+prometheus")
+    plain, instrumented = values("alkstore"), values("alkstore+prometheus")
     return [i / p for p, i in zip(plain, instrumented, strict=False) if p > 0]
 
 
@@ -171,12 +176,12 @@ def references(figs: Figures) -> dict[str, float | None]:
         ),
     }
     for shape in ("Worker c=10", "AsyncWorker c=10"):
-        ratios = b4_ratios(figs, shape)
-        if ratios:
-            each = " ".join(f"{r:.2f}" for r in ratios)
-            refs[f"B4 {shape} +prometheus / plain, median of {len(ratios)} ({each})"] = (
-                statistics.median(ratios)
-            )
+        for cpu, what in ((False, "rate"), (True, "CPU/job")):
+            ratios = b4_ratios(figs, shape, cpu)
+            if ratios:
+                each = " ".join(f"{r:.2f}" for r in ratios)
+                name = f"B4 {shape} {what} +prom/plain, median of {len(ratios)} ({each})"
+                refs[name] = statistics.median(ratios)
     return refs
 
 

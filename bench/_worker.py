@@ -124,6 +124,7 @@ def d2(
         handle_signals=False,
     )
     with _prometheus(prometheus, jobs, label):
+        c0 = time.process_time()
         t0 = time.perf_counter()
         thread = threading.Thread(target=worker.run, name="bench-d2-worker")
         thread.start()
@@ -131,6 +132,7 @@ def d2(
             if not counter.finished.wait(timeout=600):
                 raise RuntimeError(f"{label}: ran {counter.done} of {jobs} jobs in 600 s")
             t1 = _wait_empty(db, "d2")
+            c1 = time.process_time()
         finally:
             worker.stop()
             thread.join(timeout=60)
@@ -138,7 +140,8 @@ def d2(
     bar.close(rate=jobs / (t1 - t0))
     if case != "D2":
         system = "alkstore+prometheus" if prometheus else "alkstore"
-        return Figure(case, system, f"Worker c={concurrency}", jobs, t1 - t0)
+        cpu = {"cpu_us_per_job": (c1 - c0) / jobs * 1e6}  # this process: the worker's CPU
+        return Figure(case, system, f"Worker c={concurrency}", jobs, t1 - t0, cpu)
     if concurrency == CONCURRENCY:
         return Figure("D2", "alkstore", f"1 Worker, concurrency {concurrency}", jobs, t1 - t0)
     shape = f"1 Worker, concurrency {concurrency} (ref.)"
@@ -153,7 +156,7 @@ def d2_async(
     bar = Bar(label, jobs)
     counter = _Counter(jobs, bar)
 
-    async def go() -> tuple[float, float]:
+    async def go() -> tuple[float, float, float]:
         engine = create_async_engine(db.sa_url(), pool_size=CONCURRENCY + 4, max_overflow=4)
         astore = AsyncStore(engine)
 
@@ -166,6 +169,7 @@ def d2_async(
             poll_interval=1.0,
             handle_signals=False,
         )
+        c0 = time.process_time()
         t0 = time.perf_counter()
         task = asyncio.create_task(worker.run())
         try:
@@ -175,18 +179,20 @@ def d2_async(
                     raise RuntimeError(f"{label}: the worker stopped early")
                 await asyncio.sleep(0.005)
             t1 = await asyncio.to_thread(_wait_empty, db, "d2")
+            cpu = (time.process_time() - c0) / jobs * 1e6
         finally:
             worker.stop()
             await asyncio.wait_for(task, 60)
             await engine.dispose()
-        return t0, t1
+        return t0, t1, cpu
 
     with _prometheus(prometheus, jobs, label):
-        t0, t1 = asyncio.run(go())
+        t0, t1, cpu = asyncio.run(go())
     bar.close(rate=jobs / (t1 - t0))
     if case != "D2":
         system = "alkstore+prometheus" if prometheus else "alkstore"
-        return Figure(case, system, f"AsyncWorker c={CONCURRENCY}", jobs, t1 - t0)
+        shape = f"AsyncWorker c={CONCURRENCY}"
+        return Figure(case, system, shape, jobs, t1 - t0, {"cpu_us_per_job": cpu})
     shape = f"1 AsyncWorker, concurrency {CONCURRENCY}"
     return Figure("D2", "alkstore-async", shape, jobs, t1 - t0)
 

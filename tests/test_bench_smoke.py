@@ -63,6 +63,7 @@ def test_b4_bench_ab_runs_plain_and_instrumented_drains(
     ran = [(f["system"], f["shape"]) for f in doc["figures"]]
     for shape in ("Worker c=10", "AsyncWorker c=10"):
         assert ran.count(("alkstore", shape)) == ran.count(("alkstore+prometheus", shape)) == 2
+        assert any(k.startswith(f"B4 {shape} CPU/job +prom/plain") for k in doc["references"])
         assert any(
-            k.startswith(f"B4 {shape} +prometheus / plain, median of 2") for k in doc["references"]
+            k.startswith(f"B4 {shape} rate +prom/plain, median of 2") for k in doc["references"]
         )
