@@ -66,7 +66,7 @@ QUEUE_TIME_BUCKETS = (
 
 # The disjoint states of ``alkstore_queue_jobs`` (lapsed and expired overlap
 # them, so they are gauges of their own: a sum over ``state`` stays meaningful).
-STATES = ("due", "scheduled", "processing", "dead")
+_STATES = ("due", "scheduled", "processing", "dead")
 
 
 # --- queue gauges -------------------------------------------------------------------------
@@ -250,7 +250,7 @@ def _families(snap: _Snapshot) -> list[Metric]:
     if snap.stats is not None:
         for name, s in snap.stats.items():
             counts = (s.due, s.scheduled, s.processing, s.dead)
-            for state, count in zip(STATES, counts, strict=True):
+            for state, count in zip(_STATES, counts, strict=True):
                 jobs.add_metric([name, state], count)
             lapsed.add_metric([name], s.lapsed)
             expired.add_metric([name], s.expired)
@@ -303,7 +303,7 @@ class WorkerMetrics(Observer):
         )
         self.duration = Histogram(
             "alkstore_worker_job_duration_seconds",
-            "Handler run time (runs that returned or raised; not timeouts)",
+            "Handler run time (a run past job_timeout counts as job_timeout)",
             ["queue"],
             buckets=tuple(duration_buckets),
             registry=None,

@@ -162,6 +162,23 @@ def test_b4_metrics_app_serves_a_registry_and_an_async_store(database_url: URL) 
     assert _get(samples, "alkstore_worker_jobs_total", queue="mixed", outcome="acked") == 0.0
 
 
+def test_b4_metrics_app_answers_the_lifespan_protocol_when_served_alone() -> None:
+    messages = iter([{"type": "lifespan.startup"}, {"type": "lifespan.shutdown"}])
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return next(messages)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(prom.metrics_app()({"type": "lifespan"}, receive, send))
+    assert [m["type"] for m in sent] == [
+        "lifespan.startup.complete",
+        "lifespan.shutdown.complete",
+    ]
+
+
 def test_b4_metrics_app_never_registers_into_the_registry(store: Store) -> None:
     # Two apps over one registry and one store: no duplicate-timeseries clash, and the
     # registry itself stays free of the store's gauges.
@@ -391,7 +408,7 @@ def test_b4_cli_metrics_serves_the_gauges_cached(database_url: URL, store_on: St
         third = _scrape(url)
         assert _get(third, "alkstore_queue_jobs", queue="mixed", state="due") == 3
     finally:
-        code, err = stop(proc)
+        code, err = stop(proc, signal.SIGINT)  # Ctrl-C ends it as cleanly as SIGTERM
     assert code == 0, err
     assert "Traceback" not in err
 
@@ -485,6 +502,13 @@ def test_b4_cli_bad_ports_are_usage_errors(database_url: URL, args: list[str], s
     from .test_cli import alkstore
 
     assert says in _usage_error(alkstore(*args, url=database_url))
+
+
+def test_b4_cli_metrics_on_a_schema_never_migrated_is_one_line(database_url: URL) -> None:
+    from .test_cli import alkstore
+
+    proc = alkstore("metrics", "--port", "0", "--schema", "nowhere", url=database_url)
+    assert "no alkstore tables in schema 'nowhere'" in one_line_error(proc, 1)
 
 
 def test_b4_cli_metrics_port_in_use_is_one_line(database_url: URL) -> None:
