@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,13 +153,36 @@ def targets(figs: Figures) -> list[Target]:
     return out
 
 
+def b4_ratios(figs: Figures, shape: str, cpu: bool = False) -> list[float]:
+    """B4: each round's instrumented figure over the plain one's, in round order: the
+    drain rate (above 1: faster), or with ``cpu`` the client CPU per job (above 1: costlier)."""
+
+    def values(system: str) -> list[float]:
+        return [
+            f.extra.get("cpu_us_per_job", 0.0) if cpu else f.rate
+            for f in figs.items
+            if (f.case, f.system, f.shape) == ("B4", system, shape)
+        ]
+
+    plain, instrumented = values("alkstore"), values("alkstore+prometheus")
+    return [i / p for p, i in zip(plain, instrumented, strict=False) if p > 0]
+
+
 def references(figs: Figures) -> dict[str, float | None]:
     """Ratios worth reading beside the targets, but not targets."""
-    return {
+    refs: dict[str, float | None] = {
         "D2 Worker c=50 vs pgqueuer-asyncpg (both hold 50 jobs)": _ratio(
             figs.find("D2", "alkstore-c50"), figs.find("D2", "pgqueuer-asyncpg")
         ),
     }
+    for shape in ("Worker c=10", "AsyncWorker c=10"):
+        for cpu, what in ((False, "rate"), (True, "CPU/job")):
+            ratios = b4_ratios(figs, shape, cpu)
+            if ratios:
+                each = " ".join(f"{r:.2f}" for r in ratios)
+                name = f"B4 {shape} {what} +prom/plain, median of {len(ratios)} ({each})"
+                refs[name] = statistics.median(ratios)
+    return refs
 
 
 def table(figs: Figures, tgts: list[Target]) -> str:

@@ -13,9 +13,11 @@ first line (``perf_counter`` in both threads).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from sqlalchemy import create_engine
@@ -69,8 +71,43 @@ class _Counter:
 PGQ_IN_FLIGHT = 50
 
 
-def d2(db: Database, jobs: int, label: str, concurrency: int = CONCURRENCY) -> Figure:
-    """One sync ``Worker`` (concurrency 10 unless given), no-op handler."""
+@contextlib.contextmanager
+def _prometheus(on: bool, jobs: int, label: str) -> Iterator[None]:
+    """B4: with ``on``, the worker runs with ``prometheus.instrument()`` installed (a
+    registry of its own), and every job must have been counted as acked."""
+    if not on:
+        yield
+        return
+    from prometheus_client import CollectorRegistry
+
+    from alkstore_sa import prometheus
+
+    registry = CollectorRegistry()
+    prometheus.instrument(registry)
+    try:
+        yield
+        acked = registry.get_sample_value(
+            "alkstore_worker_jobs_total", {"queue": "d2", "outcome": "acked"}
+        )
+        if acked != jobs:
+            raise RuntimeError(f"{label}: the metrics counted {acked} acks of {jobs} jobs")
+    finally:
+        prometheus.uninstrument(registry)
+
+
+def d2(
+    db: Database,
+    jobs: int,
+    label: str,
+    concurrency: int = CONCURRENCY,
+    *,
+    prometheus: bool = False,
+    case: str = "D2",
+) -> Figure:
+    """One sync ``Worker`` (concurrency 10 unless given), no-op handler.
+
+    ``prometheus``: with the B4 worker metrics installed (``case`` names the
+    figure, so the B4 A/B runs do not read as D2's)."""
     fill(db, "d2", jobs)
     engine = create_engine(db.sa_url(), pool_size=concurrency + 4, max_overflow=4)
     store = Store(engine)
@@ -86,31 +123,40 @@ def d2(db: Database, jobs: int, label: str, concurrency: int = CONCURRENCY) -> F
         poll_interval=1.0,
         handle_signals=False,
     )
-    t0 = time.perf_counter()
-    thread = threading.Thread(target=worker.run, name="bench-d2-worker")
-    thread.start()
-    try:
-        if not counter.finished.wait(timeout=600):
-            raise RuntimeError(f"{label}: ran {counter.done} of {jobs} jobs in 600 s")
-        t1 = _wait_empty(db, "d2")
-    finally:
-        worker.stop()
-        thread.join(timeout=60)
-        engine.dispose()
+    with _prometheus(prometheus, jobs, label):
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        thread = threading.Thread(target=worker.run, name="bench-d2-worker")
+        thread.start()
+        try:
+            if not counter.finished.wait(timeout=600):
+                raise RuntimeError(f"{label}: ran {counter.done} of {jobs} jobs in 600 s")
+            t1 = _wait_empty(db, "d2")
+            c1 = time.process_time()
+        finally:
+            worker.stop()
+            thread.join(timeout=60)
+            engine.dispose()
     bar.close(rate=jobs / (t1 - t0))
+    if case != "D2":
+        system = "alkstore+prometheus" if prometheus else "alkstore"
+        cpu = {"cpu_us_per_job": (c1 - c0) / jobs * 1e6}  # this process: the worker's CPU
+        return Figure(case, system, f"Worker c={concurrency}", jobs, t1 - t0, cpu)
     if concurrency == CONCURRENCY:
         return Figure("D2", "alkstore", f"1 Worker, concurrency {concurrency}", jobs, t1 - t0)
     shape = f"1 Worker, concurrency {concurrency} (ref.)"
     return Figure("D2", f"alkstore-c{concurrency}", shape, jobs, t1 - t0)
 
 
-def d2_async(db: Database, jobs: int, label: str) -> Figure:
+def d2_async(
+    db: Database, jobs: int, label: str, *, prometheus: bool = False, case: str = "D2"
+) -> Figure:
     """The same drain by an ``AsyncWorker`` with an async no-op handler (for reference)."""
     fill(db, "d2", jobs)
     bar = Bar(label, jobs)
     counter = _Counter(jobs, bar)
 
-    async def go() -> tuple[float, float]:
+    async def go() -> tuple[float, float, float]:
         engine = create_async_engine(db.sa_url(), pool_size=CONCURRENCY + 4, max_overflow=4)
         astore = AsyncStore(engine)
 
@@ -123,6 +169,7 @@ def d2_async(db: Database, jobs: int, label: str) -> Figure:
             poll_interval=1.0,
             handle_signals=False,
         )
+        c0 = time.process_time()
         t0 = time.perf_counter()
         task = asyncio.create_task(worker.run())
         try:
@@ -132,14 +179,20 @@ def d2_async(db: Database, jobs: int, label: str) -> Figure:
                     raise RuntimeError(f"{label}: the worker stopped early")
                 await asyncio.sleep(0.005)
             t1 = await asyncio.to_thread(_wait_empty, db, "d2")
+            cpu = (time.process_time() - c0) / jobs * 1e6
         finally:
             worker.stop()
             await asyncio.wait_for(task, 60)
             await engine.dispose()
-        return t0, t1
+        return t0, t1, cpu
 
-    t0, t1 = asyncio.run(go())
+    with _prometheus(prometheus, jobs, label):
+        t0, t1, cpu = asyncio.run(go())
     bar.close(rate=jobs / (t1 - t0))
+    if case != "D2":
+        system = "alkstore+prometheus" if prometheus else "alkstore"
+        shape = f"AsyncWorker c={CONCURRENCY}"
+        return Figure(case, system, shape, jobs, t1 - t0, {"cpu_us_per_job": cpu})
     shape = f"1 AsyncWorker, concurrency {CONCURRENCY}"
     return Figure("D2", "alkstore-async", shape, jobs, t1 - t0)
 

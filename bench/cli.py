@@ -28,8 +28,9 @@ from typing import Any
 from . import _cases, _db, _drain, _pgq, _report, _stats, _worker
 from ._progress import say
 
-CASES = ("E1", "E2", "D1", "D2", "L1", "S1", "ST")
-# Run without --only: ST's million rows take longer to make than it measures.
+CASES = ("E1", "E2", "D1", "D2", "L1", "S1", "ST", "B4")
+# Run without --only: ST's million rows take longer to make than it measures;
+# B4 (D2 with and without the Prometheus worker metrics, interleaved) is an A/B.
 DEFAULT_CASES = ("E1", "E2", "D1", "D2", "L1", "S1")
 
 
@@ -45,6 +46,7 @@ class Sizes:
     dead: int = 100_000  # S1 dead rows
     st_live: int = 1_000_000  # ST: the big queue's live rows
     st_dead: int = 100_000  # ST: its dead rows
+    b4_rounds: int = 6  # B4: A/B rounds, each a plain and an instrumented drain per worker
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -57,6 +59,7 @@ class Sizes:
             dead=10_000,
             st_live=100_000,
             st_dead=10_000,
+            b4_rounds=2,
         )
 
 
@@ -70,6 +73,7 @@ _SIZE_KNOBS = (
     "dead",
     "st_live",
     "st_dead",
+    "b4_rounds",
 )
 
 
@@ -257,6 +261,22 @@ def _plan(db: _db.Database, s: Sizes, only: set[str], pgq: bool) -> list[tuple[s
                 first = False
     if "ST" in only:
         add("ST stats()", fresh(lambda lb: _stats.measure(db, s.st_live, s.st_dead, lb)))
+    if "B4" in only:
+        # A/B, interleaved: each round drains plain then instrumented, the next
+        # round the other way round, so drift on a shared machine hits both.
+        def b4(use_async: bool, on: bool) -> Step:
+            def run(label: str) -> _report.Figure:
+                drain = _worker.d2_async if use_async else _worker.d2
+                return drain(db, s.drain, label, prometheus=on, case="B4")
+
+            return fresh(run)
+
+        for r in range(s.b4_rounds):
+            order = (False, True) if r % 2 == 0 else (True, False)
+            for use_async in (False, True):
+                for on in order:
+                    kind = "AsyncWorker" if use_async else "Worker"
+                    add(f"B4 round {r + 1} {kind}{' +prometheus' if on else ''}", b4(use_async, on))
     return steps
 
 

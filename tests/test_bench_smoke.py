@@ -47,3 +47,23 @@ def test_bench_suite_runs_every_case_and_writes_json(
     assert doc["meta"]["postgres"]["server_version"]
     table = capsys.readouterr().out
     assert "D1 n=100 vs raw" in table
+
+
+def test_b4_bench_ab_runs_plain_and_instrumented_drains(
+    pg_server: _pg.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # B4's cost measurement: interleaved plain/instrumented drains, each round's ratio
+    # reported (the instrumented drains also check every job was counted as acked).
+    url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
+    monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
+    out = tmp_path / "b4.json"
+    args = ["--only", "B4", "--b4-rounds", "2", "--jobs", "60", "--no-pgqueuer"]
+    assert cli.main([*args, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    ran = [(f["system"], f["shape"]) for f in doc["figures"]]
+    for shape in ("Worker c=10", "AsyncWorker c=10"):
+        assert ran.count(("alkstore", shape)) == ran.count(("alkstore+prometheus", shape)) == 2
+        assert any(k.startswith(f"B4 {shape} CPU/job +prom/plain") for k in doc["references"])
+        assert any(
+            k.startswith(f"B4 {shape} rate +prom/plain, median of 2") for k in doc["references"]
+        )

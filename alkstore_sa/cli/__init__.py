@@ -1,5 +1,5 @@
 """The ``alkstore`` command: migrate, worker, enqueue, stats, jobs, requeue, purge, pause,
-resume, sweep, demo, bench.
+resume, sweep, metrics, demo, bench.
 
 Errors a user can fix (no URL, a bad URL, an unreachable server, a schema
 never migrated, an import path that does not resolve) end as one line on
@@ -51,6 +51,24 @@ def _interval(text: str) -> float:
     return value
 
 
+def _port(text: str) -> int:
+    # 0: any free port (the URL printed says which).
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a port is a whole number, got {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0..65535, got {value}")
+    return value
+
+
+def _cache_seconds(text: str) -> float:
+    value = _seconds(text)
+    if not 0 <= value <= 86400:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"must be 0..86400 s, got {text}")
+    return value
+
+
 def _at_most(high: int) -> Callable[[str], int]:
     """A whole number in 1..high: the bounds of the library's own ``limit`` (O1, O2)."""
 
@@ -87,6 +105,12 @@ def _check_requeue(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         parser.error("give job ids or --all, not both")
     if not args.ids and not args.all:
         parser.error("give the ids of the dead jobs to requeue, or --all")
+
+
+def _check_worker(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    from ._metrics import check_worker_ports
+
+    check_worker_ports(parser, args)
 
 
 def _check_purge(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -163,6 +187,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--concurrency", type=_positive_int, help="handler slots (overrides the worker's own)"
     )
+    p.add_argument(
+        "--metrics-port",
+        type=_port,
+        metavar="PORT",
+        help="serve Prometheus metrics (the worker's and the queues') on PORT; needs the "
+        "prometheus extra",
+    )
+    p.add_argument("--health-port", type=_port, metavar="PORT", help="serve GET /healthz on PORT")
+    p.add_argument(
+        "--http-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address for --metrics-port and --health-port (default: 127.0.0.1; 0.0.0.0 "
+        "for every interface, as a container needs)",
+    )
+    p.add_argument(
+        "--no-queue-gauges",
+        action="store_true",
+        help="with --metrics-port: the worker's own metrics only, no stats query",
+    )
+    p.set_defaults(check=partial(_check_worker, p))
 
     p = sub.add_parser(
         "enqueue",
@@ -279,6 +324,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser(
+        "metrics",
+        parents=[common],
+        help="serve the queues' Prometheus gauges over HTTP until SIGTERM/SIGINT",
+        description="Serve every queue's counts (store.stats()) as Prometheus gauges at "
+        "http://HOST:PORT/metrics until SIGTERM/SIGINT; at most one stats query per "
+        "--cache-seconds however often it is scraped. Needs the prometheus extra.",
+    )
+    p.add_argument(
+        "--port", type=_port, required=True, metavar="PORT", help="TCP port (0: any free one)"
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address to listen on (default: 127.0.0.1; 0.0.0.0 for every interface)",
+    )
+    p.add_argument(
+        "--cache-seconds",
+        type=_cache_seconds,
+        default=5.0,
+        metavar="SECS",
+        help="reuse one stats query for scrapes within SECS seconds (default: 5)",
+    )
+
+    p = sub.add_parser(
         "demo",
         parents=[common, logging_opts("warning")],
         help="run the receipts demo (starts a throwaway PostgreSQL if no URL is set)",
@@ -300,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command(name: str) -> Command:
-    from . import _commands, _ops, _worker
+    from . import _commands, _metrics, _ops, _worker
 
     table: dict[str, Command] = {
         "migrate": _commands.cmd_migrate,
@@ -313,6 +383,7 @@ def _command(name: str) -> Command:
         "resume": _ops.cmd_resume,
         "sweep": _ops.cmd_sweep,
         "worker": _worker.cmd_worker,
+        "metrics": _metrics.cmd_metrics,
     }
     return table[name]
 

@@ -12,6 +12,7 @@ from ..store import Store
 from ..worker import AsyncWorker, Worker
 from ._db import CliError, Database, export_to_environment, open_engine
 from ._loader import call_factory, load_object
+from ._metrics import require_prometheus, serve_worker_http
 
 __all__ = ["WANTED", "cmd_worker", "resolve_worker", "setup_logging"]
 
@@ -72,12 +73,15 @@ def _preflight(database: Database, schema: str) -> None:
 
 def cmd_worker(args: argparse.Namespace, database: Database, schema: str) -> int:
     setup_logging(args.log_level)
+    if args.metrics_port is not None:
+        require_prometheus("--metrics-port")  # before anything is imported or bound
     _preflight(database, schema)
     export_to_environment(database, schema)
     worker = resolve_worker(args.target, args.concurrency)
-    log.info("running %s; SIGTERM or Ctrl-C stops it gracefully", args.target)
-    if isinstance(worker, AsyncWorker):
-        asyncio.run(worker.run())
-    else:
-        worker.run()
+    with serve_worker_http(args, database, schema, worker):
+        log.info("running %s; SIGTERM or Ctrl-C stops it gracefully", args.target)
+        if isinstance(worker, AsyncWorker):
+            asyncio.run(worker.run())
+        else:
+            worker.run()
     return 0
