@@ -1,7 +1,7 @@
 """B3's cost: the alkstore cases with and without OpenTelemetry, interleaved in one run.
 
 ``--otel none,api,sdk --rounds N`` runs every alkstore step of the selected
-cases once per mode per round, the modes in a rotated order each round
+cases under each mode back to back, the modes in a rotated order each round
 (none, api, sdk / api, sdk, none / ...), so a slow spell of a shared machine
 falls on every mode alike.  The modes:
 
@@ -14,8 +14,9 @@ falls on every mode alike.  The modes:
   drops): every span and data point is made, none leaves the process.
 
 Baselines (raw SQL, pgqueuer) run once per round, under ``none``.  The
-summary gives each alkstore figure's rate as a ratio to the ``none`` figure
-of the same case, shape and round, and the median of those ratios.  The
+summary gives each alkstore figure's rate, and its client CPU time per job
+where the case measures it (E1, D2), as a ratio to the ``none`` figure of
+the same case, shape and round, and the median of those ratios.  The
 global OpenTelemetry providers are never set, so ``api`` stays the API's
 no-op whatever ran before it.  D1's drainers (spawned processes) read the
 mode from ``ALKSTORE_BENCH_OTEL`` and instrument themselves alike.
@@ -34,6 +35,7 @@ from ._report import Figure, Figures
 MODES = ("none", "api", "sdk")
 ENV_VAR = "ALKSTORE_BENCH_OTEL"
 _TAG = "+otel-"
+_CPU = "cpu_us_per_job"  # the client CPU per job figure of E1 and D2
 
 
 def parse(value: str) -> list[str]:
@@ -122,14 +124,20 @@ Step = Callable[[str], Figure | list[Figure]]
 def interleave(
     steps: list[tuple[str, Step]], modes: list[str], rounds: int
 ) -> list[tuple[str, Step]]:
-    """``steps`` once per round and mode (baselines: under ``none`` only), modes rotated."""
+    """Each step under every mode back to back, the modes' order rotated each round.
+
+    Back to back, so a mode and its baseline are seconds apart, not minutes:
+    on a shared machine the load changes within a round.  Baselines (raw SQL,
+    pgqueuer) run under ``none`` only: nothing of ours to instrument.
+    """
     out: list[tuple[str, Step]] = []
     for r in range(rounds):
         k = r % len(modes)
-        for m in modes[k:] + modes[:k]:
-            for label, step in steps:
+        order = modes[k:] + modes[:k]
+        for label, step in steps:
+            for m in order:
                 if m != "none" and "alkstore" not in label:
-                    continue  # a baseline: nothing of ours to instrument
+                    continue
                 out.append((f"{label} (otel {m}, round {r + 1})", _tagged(step, m, r + 1)))
     return out
 
@@ -148,31 +156,60 @@ def _tagged(step: Step, m: str, round_no: int) -> Step:
 
 
 def summary(figs: Figures) -> tuple[str, list[dict[str, Any]]]:
-    """Each instrumented figure's rate over its ``none`` twin of the same round."""
+    """Each instrumented figure over its ``none`` twin of the same round.
+
+    Two ratios: the rate (wall clock, ``> 1`` is faster) and, where the case
+    measures it, this process's CPU time per job (``> 1`` costs more).
+    """
     plain: dict[tuple[str, str, str, float], Figure] = {}
     for f in figs.items:
         if _TAG not in f.system and "round" in f.extra:
             plain[(f.case, f.system, f.shape, f.extra["round"])] = f
-    ratios: dict[tuple[str, str, str, str], list[float]] = {}
+    rates: dict[tuple[str, str, str, str], list[float]] = {}
+    cpus: dict[tuple[str, str, str, str], list[float]] = {}
     for f in figs.items:
         if _TAG not in f.system:
             continue
         base, m = f.system.split(_TAG, 1)
         twin = plain.get((f.case, base, f.shape, f.extra.get("round", 0)))
-        if twin is not None and twin.rate > 0:
-            ratios.setdefault((f.case, base, f.shape, m), []).append(f.rate / twin.rate)
+        if twin is None or twin.rate <= 0:
+            continue
+        key = (f.case, base, f.shape, m)
+        rates.setdefault(key, []).append(f.rate / twin.rate)
+        cpu, twin_cpu = f.extra.get(_CPU), twin.extra.get(_CPU)
+        if cpu is not None and twin_cpu:
+            cpus.setdefault(key, []).append(cpu / twin_cpu)
     lines = [
         "",
-        "B3 OpenTelemetry cost: rate with instrumentation / rate without, same round",
+        "B3 OpenTelemetry cost, against the uninstrumented run of the same step and round",
+        "rate = jobs/s ratio (> 1 faster); cpu = client CPU per job ratio (> 1 costlier)",
         "-" * 100,
-        f"{'case':<5} {'system':<16} {'shape':<34} {'otel':<5} {'median':>7}  per round",
+        f"{'case':<5} {'system':<15} {'shape':<31} {'otel':<4} {'rate':>6} {'cpu':>6}  "
+        "per round (rate; cpu)",
     ]
     rows: list[dict[str, Any]] = []
-    for (case, base, shape, m), rs in sorted(ratios.items()):
-        med = statistics.median(rs)
-        each = " ".join(f"{r:.3f}" for r in rs)
-        lines.append(f"{case:<5} {base:<16} {shape:<34} {m:<5} {med:>7.3f}  {each}")
+    for key, rs in sorted(rates.items()):
+        case, base, shape, m = key
+        cs = cpus.get(key, [])
+        rate_med = statistics.median(rs)
+        cpu_med = statistics.median(cs) if cs else None
+        each = " ".join(f"{r:.2f}" for r in rs)
+        if cs:
+            each += "; " + " ".join(f"{c:.3f}" for c in cs)
+        cpu_txt = "-" if cpu_med is None else f"{cpu_med:.3f}"
+        lines.append(
+            f"{case:<5} {base:<15} {shape[:31]:<31} {m:<4} {rate_med:>6.3f} {cpu_txt:>6}  {each}"
+        )
         rows.append(
-            {"case": case, "system": base, "shape": shape, "otel": m, "median": med, "ratios": rs}
+            {
+                "case": case,
+                "system": base,
+                "shape": shape,
+                "otel": m,
+                "rate_ratio_median": rate_med,
+                "rate_ratios": rs,
+                "cpu_ratio_median": cpu_med,
+                "cpu_ratios": cs,
+            }
         )
     return "\n".join(lines), rows
