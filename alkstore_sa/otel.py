@@ -26,7 +26,6 @@ import logging
 import threading
 from collections.abc import Sequence
 from contextvars import Token
-from datetime import timedelta
 from types import TracebackType
 from typing import Any
 
@@ -61,6 +60,10 @@ _OUTCOME = "alkstore.outcome"
 # for durations, and the same stretched to an hour for time spent waiting.
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10)
 _QUEUE_TIME_BUCKETS = (*_DURATION_BUCKETS, 30, 60, 300, 900, 3600)
+
+
+# The global tracer providers behind which every span is the API's no-op.
+_NO_SDK = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 def _error_type(exc: BaseException) -> str:
@@ -168,6 +171,7 @@ class _OtelObserver(_instrument.Observer):
     ) -> None:
         from . import __version__
 
+        self._given_tracer_provider = tracer_provider
         self.tracer = trace.get_tracer("alkstore_sa", __version__, tracer_provider)
         meter = metrics.get_meter("alkstore_sa", __version__, meter_provider)
         self.sent = meter.create_counter(
@@ -207,12 +211,33 @@ class _OtelObserver(_instrument.Observer):
 
     # -- the hooks ---------------------------------------------------------
 
+    def recording(self) -> bool:
+        """Whether spans can be recorded: an SDK (or any real provider) is behind the tracer.
+
+        Otherwise every span is the API's no-op, which only passes on the
+        context it was started in: where that context holds no span either,
+        the hooks skip the span work (the result is the same, for less).
+        The global provider is looked up each time: it may be set after
+        ``instrument()``.
+        """
+        if self._given_tracer_provider is not None:
+            return not isinstance(self._given_tracer_provider, trace.NoOpTracerProvider)
+        return not isinstance(trace.get_tracer_provider(), _NO_SDK)
+
     def wrap_enqueue(self, queue: str, count: int, send: Send) -> Send:
         # Here, in the caller's thread and context: its current span is the parent.
         parent = otel_context.get_current()
-        tracer = self.tracer
         sent = self.sent
         attrs = self.attrs(queue)
+        if not self.recording() and not trace.get_current_span(parent).get_span_context().is_valid:
+            # The no-op span would be invalid and inject nothing: count, and send as is.
+            def counted(conn: Connection, carrier: Carrier) -> list[int]:
+                ids = send(conn, carrier)
+                sent.add(len(ids), attrs.send)
+                return ids
+
+            return counted
+        tracer = self.tracer
         span_attrs: dict[str, Any] = {
             _SYSTEM: SYSTEM,
             _DESTINATION: queue,
@@ -255,12 +280,14 @@ class _OtelObserver(_instrument.Observer):
         record = self.queue_time.record
         attrs = self.attrs(queue).base
         for job in jobs:
-            if job.claim_deadline is None:
-                continue
-            claimed_at = job.claim_deadline - timedelta(seconds=job.visibility_timeout)
-            record(max((claimed_at - job.run_at).total_seconds(), 0.0), attrs)
+            if job.claim_deadline is not None:
+                # claimed at = claim_deadline - visibility_timeout (the database's clock)
+                waited = (job.claim_deadline - job.run_at).total_seconds() - job.visibility_timeout
+                record(waited if waited > 0.0 else 0.0, attrs)
 
-    def handler_scope(self, job: Job) -> _ProcessScope:
+    def handler_scope(self, job: Job) -> _ProcessScope | None:
+        if not job.trace_context and not self.recording():
+            return None  # the no-op span of an empty context: nothing to record or pass on
         return _ProcessScope(self, job)
 
     def finished(self, queue: str, job: Job, outcome: Outcome, duration: float | None) -> None:

@@ -17,12 +17,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode, Tracer
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    SpanContext,
+    SpanKind,
+    StatusCode,
+    TraceFlags,
+    Tracer,
+)
 from sqlalchemy import URL, text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from sqlalchemy.orm import Session
@@ -410,6 +419,40 @@ def test_b3_untraced_enqueue_stores_null_and_sends_the_same_statements(
             assert _stored_context(store, job_id) is None
             job = q.get_job(job_id)
             assert job is not None and job.trace_context is None
+    finally:
+        otel.uninstrument()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_b3_without_an_sdk_a_current_context_is_passed_on(
+    kind: str, database_url: URL, store: Store
+) -> None:
+    """No SDK, but a context already current (say, extracted from a request by an
+    API-only instrumentation): as the API's no-op spans do, it is passed on, from the
+    enqueue through the job to the handler."""
+    incoming = SpanContext(
+        0x0AF7651916CD43DD8448EB211C80319C,
+        0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    otel.instrument()  # the global providers: never set in these tests, so no-ops
+    try:
+        q = store.queue("passed")
+        token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(incoming)))
+        try:
+            job_id = q.enqueue(b"")
+        finally:
+            otel_context.detach(token)
+        carrier = _stored_context(store, job_id)
+        assert carrier["traceparent"] == "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+        seen: list[SpanContext] = []
+
+        def body(job: Job) -> None:
+            seen.append(trace.get_current_span().get_span_context())
+
+        _drain(kind, database_url, "passed", handler(kind, body), lambda: seen)
+        assert (seen[0].trace_id, seen[0].span_id) == (incoming.trace_id, incoming.span_id)
     finally:
         otel.uninstrument()
 
