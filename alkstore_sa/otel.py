@@ -232,7 +232,11 @@ class _OtelObserver(_instrument.Observer):
         if not self.recording() and not trace.get_current_span(parent).get_span_context().is_valid:
             # The no-op span would be invalid and inject nothing: count, and send as is.
             def counted(conn: Connection, carrier: Carrier) -> list[int]:
-                ids = send(conn, carrier)
+                try:
+                    ids = send(conn, carrier)
+                except BaseException as exc:
+                    sent.add(count, {**attrs.send, _ERROR_TYPE: _error_type(exc)})
+                    raise
                 sent.add(len(ids), attrs.send)
                 return ids
 

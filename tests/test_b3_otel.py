@@ -9,11 +9,13 @@ tests that need it).
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -509,6 +511,19 @@ async def test_b3_enqueue_in_an_async_session(async_engine: AsyncEngine, tel: Ot
     await astore.close()
 
 
+def test_b3_a_requeued_dead_job_keeps_its_carrier(store: Store, tel: Otel) -> None:
+    q = store.queue("again")
+    with tel.tracer.start_as_current_span(ROOT_SPAN):
+        job_id = q.enqueue(b"")
+    carrier = _stored_context(store, job_id)
+    (claimed,) = q.claim_batch("w", 1)
+    assert claimed.job.trace_context == carrier
+    assert claimed.fail("broken")
+    assert q.requeue_dead([job_id]) == 1
+    job = q.get_job(job_id)
+    assert job is not None and job.status == "pending" and job.trace_context == carrier
+
+
 # -- instrument() itself ---------------------------------------------------------
 
 
@@ -600,6 +615,27 @@ def test_b3_without_an_sdk_instrument_is_harmless(database_url: URL) -> None:
             assert not [m for m in sys.modules if m.startswith("opentelemetry.sdk")]
             """)
     )
+    _python(code)
+
+
+def test_b3_the_docs_setup_traces_through_the_global_providers(database_url: URL) -> None:
+    """docs/observability.md's "Enabling it" block, run as written (in a subprocess: it
+    sets the global providers), then an enqueue outside any span: a root send span,
+    recorded, so its context is stored."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "observability.md").read_text()
+    section = doc[doc.index("### Enabling it") :]
+    match = re.search(r"```python\n(.*?)```", section, re.S)
+    assert match, "docs/observability.md: no python block under 'Enabling it'"
+    url = database_url.render_as_string(hide_password=False)
+    code = match.group(1) + textwrap.dedent(f"""
+        from sqlalchemy import create_engine
+        from alkstore_sa import Store
+        assert otel.instrumented()
+        q = Store(create_engine({url!r})).queue("docs")
+        job = q.get_job(q.enqueue(b"x"))
+        assert job.trace_context and job.trace_context["traceparent"].startswith("00-")
+        provider.shutdown()
+        """)
     _python(code)
 
 
