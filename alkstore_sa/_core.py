@@ -20,9 +20,10 @@ from . import _ops
 from . import _validate as v
 from ._address import QueueAddress, StoreAddress, channel_for
 from ._errors import HandleSpentError
+from ._instrument import Carrier, Observer, Send, installed
 from ._job import JOB_STATUSES, Job, JobStatus, QueueStats, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
-from ._stamps import as_interval, backoff_delay, resolve_stamps
+from ._stamps import Stamps, as_interval, backoff_delay, resolve_stamps
 
 T = TypeVar("T")
 Call = Callable[[Connection], T]
@@ -55,7 +56,33 @@ class QueueCore:
         if opts is not None and not isinstance(opts, EnqueueOpts):
             raise TypeError(f"opts must be EnqueueOpts, got {type(opts).__name__}")
         stamps = self._plain_stamps if opts is None else resolve_stamps(self.opts, opts)
+        observers = installed()
+        if observers and data:
+            return self._observed(observers, data, stamps)
         return partial(_ops.enqueue, address=self.address, payloads=data, stamps=stamps)
+
+    def _observed(
+        self, observers: tuple[Observer, ...], data: list[bytes], stamps: Stamps
+    ) -> Call[list[int]]:
+        """The enqueue call wrapped by each installed observer (B3), the first innermost.
+
+        Built here, where the caller builds the call: in its thread and
+        context (its current span), which the observers capture now; the
+        call may run elsewhere (the async faces run it in a greenlet).  The
+        carrier they fill is stored with every job of the call.
+        """
+        address = self.address
+
+        def insert(conn: Connection, carrier: Carrier) -> list[int]:
+            return _ops.enqueue(
+                conn, address=address, payloads=data, stamps=stamps, trace_context=carrier or None
+            )
+
+        send: Send = insert
+        for observer in observers:
+            send = observer.wrap_enqueue(self.name, len(data), send)
+        wrapped = send
+        return lambda conn: wrapped(conn, {})
 
     def claim(self, worker_id: object, n: object) -> Call[list[Job]] | None:
         """``None`` for ``n <= 0``: the face returns ``[]`` and runs no SQL (Q13)."""

@@ -33,11 +33,17 @@ if TYPE_CHECKING:
 
 
 def enqueue(
-    conn: Connection, *, address: QueueAddress, payloads: list[bytes], stamps: Stamps
+    conn: Connection,
+    *,
+    address: QueueAddress,
+    payloads: list[bytes],
+    stamps: Stamps,
+    trace_context: dict[str, str] | None = None,
 ) -> list[int]:
+    """Insert ``payloads``; ``trace_context`` (B3), when given, is stored with each job."""
     if not payloads:
         return []
-    params = {
+    params: dict[str, Any] = {
         "p_queue": address.queue,
         "p_priority": stamps.priority,
         "p_run_at": stamps.run_at,
@@ -47,6 +53,15 @@ def enqueue(
         "p_expires_in": stamps.expires_in,
         "p_channel": address.channel,
     }
+    if trace_context:
+        params["p_trace_context"] = trace_context
+        if len(payloads) == 1:
+            params["p_payload"] = payloads[0]
+            stmt = enqueue_sql.enqueue_one_traced()
+        else:
+            params["p_payloads"] = payloads
+            stmt = enqueue_sql.enqueue_traced()
+        return [row[0] for row in fetch(conn, address, stmt, params)]
     if len(payloads) == 1:
         params["p_payload"] = payloads[0]
         return [row[0] for row in fetch(conn, address, enqueue_sql.enqueue_one(), params)]

@@ -47,6 +47,9 @@ def _alk_loop(dsn_sa: str, queue: str, n: int, wid: str) -> tuple[Callable[[], i
 
     from alkstore_sa import Store
 
+    from . import _otel
+
+    _otel.enable_from_env()  # the parent's --otel mode (B3 cost), in this process too
     engine = create_engine(dsn_sa, pool_size=1, max_overflow=0)
     store = Store(engine)
     warm = store.queue("bench-warmup")

@@ -138,14 +138,15 @@ def d2(
             thread.join(timeout=60)
             engine.dispose()
     bar.close(rate=jobs / (t1 - t0))
+    cpu = {"cpu_us_per_job": (c1 - c0) / jobs * 1e6}  # this process: the worker's CPU
     if case != "D2":
         system = "alkstore+prometheus" if prometheus else "alkstore"
-        cpu = {"cpu_us_per_job": (c1 - c0) / jobs * 1e6}  # this process: the worker's CPU
         return Figure(case, system, f"Worker c={concurrency}", jobs, t1 - t0, cpu)
     if concurrency == CONCURRENCY:
-        return Figure("D2", "alkstore", f"1 Worker, concurrency {concurrency}", jobs, t1 - t0)
+        shape = f"1 Worker, concurrency {concurrency}"
+        return Figure("D2", "alkstore", shape, jobs, t1 - t0, cpu)
     shape = f"1 Worker, concurrency {concurrency} (ref.)"
-    return Figure("D2", f"alkstore-c{concurrency}", shape, jobs, t1 - t0)
+    return Figure("D2", f"alkstore-c{concurrency}", shape, jobs, t1 - t0, cpu)
 
 
 def d2_async(
@@ -194,7 +195,7 @@ def d2_async(
         shape = f"AsyncWorker c={CONCURRENCY}"
         return Figure(case, system, shape, jobs, t1 - t0, {"cpu_us_per_job": cpu})
     shape = f"1 AsyncWorker, concurrency {CONCURRENCY}"
-    return Figure("D2", "alkstore-async", shape, jobs, t1 - t0)
+    return Figure("D2", "alkstore-async", shape, jobs, t1 - t0, {"cpu_us_per_job": cpu})
 
 
 def l1(db: Database, samples: int, label: str, *, use_async: bool = False) -> Figure:

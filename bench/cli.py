@@ -25,7 +25,7 @@ from importlib import metadata as md
 from pathlib import Path
 from typing import Any
 
-from . import _cases, _db, _drain, _pgq, _report, _stats, _worker
+from . import _cases, _db, _drain, _otel, _pgq, _report, _stats, _worker
 from ._progress import say
 
 CASES = ("E1", "E2", "D1", "D2", "L1", "S1", "ST", "B4")
@@ -88,6 +88,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run in ~1 min")
     p.add_argument("--json", type=Path, help="write the figures and targets to this file")
     p.add_argument("--no-pgqueuer", action="store_true", help="skip the pgqueuer baselines")
+    p.add_argument(
+        "--otel",
+        default="none",
+        help="B3 cost: comma-separated OpenTelemetry modes to run the alkstore cases under, "
+        "interleaved: none (not instrumented), api (instrument() with no SDK), sdk "
+        "(instrument() with an SDK whose exporters drop); default none",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the selected cases this many times (with --otel: each mode once a round, "
+        "in a rotated order)",
+    )
     g = p.add_argument_group("sizes (override --quick/defaults)")
     for name in _SIZE_KNOBS:
         g.add_argument(f"--{name.replace('_', '-')}", type=int, dest=name)
@@ -163,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         sys.stderr.write(f"unknown case(s): {', '.join(sorted(unknown))}; known: {CASES}\n")
         return 2
+    try:
+        modes = _otel.parse(args.otel)
+    except ValueError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 2
+    interleaved = modes != ["none"] or args.rounds > 1
     pgq = None if args.no_pgqueuer else _pgq.available()
     if pgq is None and not args.no_pgqueuer:
         say("pgqueuer not installed (pip install -e '.[bench]'): its baselines are skipped")
@@ -176,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
             _pgq.install(db)
         meta = _meta(db)
         steps = _plan(db, sizes, only, pgq is not None)
+        if interleaved:
+            steps = _otel.interleave(steps, modes, max(args.rounds, 1))
+            meta["otel_modes"] = modes
+            meta["rounds"] = args.rounds
         started = time.perf_counter()
         for i, (label, step) in enumerate(steps, 1):
             made = step(f"[{i}/{len(steps)}] {label}")
@@ -186,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
         db.drop()
     tgts = _report.targets(figs)
     print(_report.table(figs, tgts))
+    if interleaved:
+        text, rows = _otel.summary(figs)
+        print(text)
+        meta["otel_cost"] = rows
     if args.json:
         _report.write_json(args.json, meta, asdict(sizes), figs, tgts)
         say(f"wrote {args.json}")

@@ -42,6 +42,8 @@ EXPECTED: dict[str, set[str]] = {
     "claim.claim": {"p_queue", "p_worker_id", "p_n"},
     "enqueue.enqueue": {*ENQUEUE_STAMPS, "p_payloads"},
     "enqueue.enqueue_one": {*ENQUEUE_STAMPS, "p_payload"},
+    "enqueue.enqueue_traced": {*ENQUEUE_STAMPS, "p_payloads", "p_trace_context"},
+    "enqueue.enqueue_one_traced": {*ENQUEUE_STAMPS, "p_payload", "p_trace_context"},
     "handle.ack": {"p_job_id", "p_attempts"},
     "handle.heartbeat": {"p_job_id", "p_attempts", "p_extend"},
     "handle.retry": {"p_job_id", "p_attempts", "p_delay", "p_error", "p_traceback"},
@@ -208,6 +210,18 @@ def test_enqueue_one_is_the_same_insert_without_the_array() -> None:
     columns = many[many.index("INSERT") : many.index("%(p_queue)s")]
     stamps = many[many.index("%(p_priority)s") : many.index("FROM unnest")].strip()
     assert columns in one and stamps in one
+
+
+def test_b3_traced_enqueue_is_the_same_insert_plus_the_carrier() -> None:
+    for plain, traced in (
+        (enqueue.enqueue(), enqueue.enqueue_traced()),
+        (enqueue.enqueue_one(), enqueue.enqueue_one_traced()),
+    ):
+        p, t = _compile(plain).string, _compile(traced).string
+        assert "trace_context" not in p
+        assert t.replace(", trace_context)", ")").replace(
+            ", %(p_trace_context)s::JSONB AS anon_7", ""
+        ) == p.replace("anon_7", "anon_7")
 
 
 def test_time_is_the_statements_clock_everywhere() -> None:

@@ -1,4 +1,10 @@
-"""The enqueue statement: one INSERT for any number of payloads, one NOTIFY."""
+"""The enqueue statement: one INSERT for any number of payloads, one NOTIFY.
+
+Each comes in two variants: the plain one, and a ``_traced`` one that also
+stores ``:trace_context`` (B3's carrier, jsonb) in every row it inserts.  An
+enqueue uses the traced variant only when an observer filled a carrier, so
+an untraced enqueue sends exactly the statement it always sent.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ from sqlalchemy import (
     select,
     true,
 )
+from sqlalchemy.dialects.postgresql import JSONB
 
 from ..schema import jobs
 from ._common import NOW
@@ -55,13 +62,23 @@ def enqueue() -> Select[tuple[int]]:
     the new ids ascending, which is input order: identity values are drawn
     in the order the ordered SELECT feeds the rows.
     """
+    return _many(traced=False)
+
+
+@cache
+def enqueue_traced() -> Select[tuple[int]]:
+    """``enqueue()`` storing ``:trace_context`` (jsonb) in every row (B3)."""
+    return _many(traced=True)
+
+
+def _many(*, traced: bool) -> Select[tuple[int]]:
     given = (
         func.unnest(bindparam("p_payloads", type_=ARRAY(_Payload)))
         .table_valued("payload", with_ordinality="ord")
         .render_derived()
     )
-    rows = _stamped(given.c.payload).order_by(given.c.ord)
-    return _insert_and_wake(rows, in_order=True)
+    rows = _stamped(given.c.payload, traced=traced).order_by(given.c.ord)
+    return _insert_and_wake(rows, in_order=True, traced=traced)
 
 
 @cache
@@ -72,11 +89,35 @@ def enqueue_one() -> Select[tuple[int]]:
     payload form needs: less to plan and run on the server and to send from
     the client, on the path of every single ``enqueue()``.
     """
-    return _insert_and_wake(_stamped(bindparam("p_payload", type_=_Payload)), in_order=False)
+    return _one(traced=False)
 
 
-def _stamped(payload: ColumnElement[Any]) -> Select[Any]:
-    return select(
+@cache
+def enqueue_one_traced() -> Select[tuple[int]]:
+    """``enqueue_one()`` storing ``:trace_context`` (jsonb) in the row (B3)."""
+    return _one(traced=True)
+
+
+def _one(*, traced: bool) -> Select[tuple[int]]:
+    row = _stamped(bindparam("p_payload", type_=_Payload), traced=traced)
+    return _insert_and_wake(row, in_order=False, traced=traced)
+
+
+# The columns every enqueue fills, in the order ``_stamped`` selects them.
+_COLUMNS = (
+    "queue",
+    "payload",
+    "priority",
+    "run_at",
+    "max_attempts",
+    "visibility_timeout",
+    "expires_at",
+    "created_at",
+)
+
+
+def _stamped(payload: ColumnElement[Any], *, traced: bool) -> Select[Any]:
+    stamps = select(
         bindparam("p_queue", type_=Text),
         payload,
         bindparam("p_priority", type_=Integer),
@@ -89,27 +130,14 @@ def _stamped(payload: ColumnElement[Any]) -> Select[Any]:
         NOW + bindparam("p_expires_in", type_=Interval),
         NOW,
     )
+    if traced:
+        stamps = stamps.add_columns(bindparam("p_trace_context", type_=JSONB))
+    return stamps
 
 
-def _insert_and_wake(rows: Select[Any], *, in_order: bool) -> Select[tuple[int]]:
-    inserted = (
-        insert(jobs)
-        .from_select(
-            [
-                "queue",
-                "payload",
-                "priority",
-                "run_at",
-                "max_attempts",
-                "visibility_timeout",
-                "expires_at",
-                "created_at",
-            ],
-            rows,
-        )
-        .returning(jobs.c.id)
-        .cte("inserted")
-    )
+def _insert_and_wake(rows: Select[Any], *, in_order: bool, traced: bool) -> Select[tuple[int]]:
+    columns = [*_COLUMNS, "trace_context"] if traced else list(_COLUMNS)
+    inserted = insert(jobs).from_select(columns, rows).returning(jobs.c.id).cte("inserted")
     wake = select(
         func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label("woke")
     ).cte("wake")
