@@ -82,7 +82,8 @@ class Reporter:
                 " with the handler's session" if by_session else "",
                 extra=_extra(job, qs.name, "acked"),
             )
-        self._notify(qs, slot, "acked")
+        if self._run.observers:  # the hot path: one check when none are installed
+            self._notify(qs, slot, "acked")
 
     def retried(
         self,
