@@ -169,10 +169,16 @@ def test_claim_is_one_statement_skipping_locked_rows() -> None:
 
 def test_o4_every_row_source_of_the_claim_checks_the_pause() -> None:
     text = _compile(claim.claim()).string
-    # The burial, due and lapsed rows each stop at a pause of this queue.
+    # Both row sources stop at a pause of this queue: the one scan of lapsed
+    # rows (which the burial and the reclaim take theirs from) and the
+    # due-row walk's first step.
     gate = "NOT (EXISTS (SELECT alkstore.paused_queues.queue \nFROM alkstore.paused_queues"
-    assert text.count(gate) == 3
-    assert text.count("alkstore.paused_queues.queue = %(p_queue)s") == 3
+    assert text.count(gate) == 2
+    assert text.count("alkstore.paused_queues.queue = %(p_queue)s") == 2
+    lapsed_rows = text[text.index("lapsed_rows AS") : text.index("exhausted_moved AS")]
+    assert gate in lapsed_rows
+    walk_seed = text[text.index("walk(p, ids, found) AS") : text.index("UNION ALL")]
+    assert gate in walk_seed
     # sweep_expired()'s burial does not wait for a resume.
     assert "paused_queues" not in _compile(queue.bury_lapsed()).string
 

@@ -2,26 +2,38 @@
 
 Shape (Q8-Q12, O4)::
 
-    WITH exhausted_moved AS (DELETE lapsed rows with no attempts left RETURNING *),
-         exhausted AS (INSERT INTO dead_jobs SELECT ... FROM exhausted_moved),
-         due       AS (SELECT pending, due, unexpired rows ORDER BY priority DESC,
-                       run_at, id LIMIT :n FOR UPDATE SKIP LOCKED),
-         lapsed    AS (SELECT processing rows past their deadline with attempts
-                       left, same order, LIMIT :n FOR UPDATE SKIP LOCKED),
-         picked    AS (the first :n of due UNION ALL lapsed, same order)
+    WITH RECURSIVE
+      lapsed_rows AS MATERIALIZED (this queue's processing rows past their
+                       deadline: ONE scan of jobs_lapse_ix, unlocked),
+      exhausted_moved AS (DELETE the exhausted ones among lapsed_rows, locked
+                       by id with SKIP LOCKED and re-checked, RETURNING *),
+      exhausted AS (INSERT INTO dead_jobs SELECT ... FROM exhausted_moved),
+      walk AS (the due rows, one priority level at a time: see _due_walk),
+      lapsed AS (the first :n of lapsed_rows with attempts left, by id,
+                 re-checked, ORDER BY priority DESC, run_at, id, SKIP LOCKED),
+      picked AS (the first :n of walk's rows UNION ALL lapsed, same order)
     UPDATE jobs SET status='processing', attempts=attempts+1, worker_id=:worker_id,
                     claim_deadline=now+visibility_timeout
     WHERE jobs.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING jobs.*
 
-Every row source also requires ``NOT EXISTS (the queue in paused_queues)``:
-a one-time filter PostgreSQL evaluates once per statement (a primary-key
-lookup), so a paused queue's claim returns nothing and buries nothing, and
-sees a pause committed before the statement started (O4).
+Both row sources (lapsed_rows and the walk's first step) also require
+``NOT EXISTS (the queue in paused_queues)``: a one-time filter PostgreSQL
+evaluates once per statement (a primary-key lookup), so a paused queue's
+claim returns nothing and buries nothing, and sees a pause committed before
+the statement started (O4).
 
-Rows another transaction holds are skipped, never waited for.  Pending rows
-are found through a partial index walked in claim order (stopping at the
-LIMIT), lapsed ones through a partial index on their deadline (few, and
-sorted), so neither a backlog of dead rows nor of future jobs slows it.
+Rows another transaction holds are skipped, never waited for.  What each
+part reads does not grow with the rows that are not claimable now:
+
+- due rows: ``jobs_claim_ix`` (queue, priority DESC, run_at, id) WHERE
+  pending, walked as a loose index scan -- per priority level, one descent
+  to the level's first row and one range scan of its due rows from there,
+  stopping at the LIMIT -- so not-yet-due rows at any priority are never
+  read (a read of every row that outranks the due ones, before);
+- lapsed rows: one range scan of ``jobs_lapse_ix`` (queue, claim_deadline)
+  WHERE processing up to now, shared by the burial and the reclaim (two
+  scans, before); rows held by live claims lie past ``now`` and are never
+  read.
 """
 
 from __future__ import annotations
@@ -29,16 +41,24 @@ from __future__ import annotations
 from functools import cache
 
 from sqlalchemy import (
+    ARRAY,
     CTE,
+    BigInteger,
     ColumnElement,
+    FromClause,
     Integer,
     Select,
     Text,
     Update,
     bindparam,
+    cast,
+    func,
     literal,
+    null,
     or_,
     select,
+    true,
+    tuple_,
     union_all,
     update,
 )
@@ -49,6 +69,9 @@ from ._common import MAX_ATTEMPTS_ERROR, NOW, id_among, move_to_dead
 __all__ = ["LAPSED_EXHAUSTED_ERROR", "bury_lapsed_exhausted", "claim", "not_paused"]
 
 LAPSED_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
+
+# Above any ``integer`` priority: the walk's first step finds the highest level.
+_ABOVE_ANY_PRIORITY = 2**31
 
 
 def _this_queue() -> ColumnElement[bool]:
@@ -85,33 +108,163 @@ def bury_lapsed_exhausted(name: str = "exhausted", *, unless_paused: bool = Fals
     return move_to_dead(locked_ids, literal(LAPSED_EXHAUSTED_ERROR, type_=Text), name)
 
 
-def _candidates(*where: ColumnElement[bool], name: str) -> CTE:
+def _unexpired(table: FromClause = jobs) -> ColumnElement[bool]:
+    return or_(table.c.expires_at.is_(None), table.c.expires_at > NOW)
+
+
+def _lapsed_rows() -> CTE:
+    """This queue's processing rows past their deadline: ONE scan of ``jobs_lapse_ix``.
+
+    Unlocked and materialized (the burial and the reclaim both read it), so
+    the lapse index -- and, under a long transaction, every dead entry in
+    its lapsed range -- is walked once per claim, not twice.  Each consumer
+    then locks its rows by primary key and re-checks them (a row another
+    claim took meanwhile no longer matches and is skipped).
+    """
+    return (
+        select(
+            jobs.c.id,
+            jobs.c.priority,
+            jobs.c.run_at,
+            jobs.c.attempts,
+            jobs.c.max_attempts,
+            jobs.c.expires_at,
+        )
+        .where(
+            _this_queue(),
+            jobs.c.status == "processing",
+            jobs.c.claim_deadline <= NOW,
+            not_paused(),
+        )
+        .cte("lapsed_rows")
+        .prefix_with("MATERIALIZED")
+    )
+
+
+def _still_lapsed() -> tuple[ColumnElement[bool], ...]:
+    return (jobs.c.status == "processing", jobs.c.claim_deadline <= NOW)
+
+
+def _bury_exhausted_of(lapsed_rows: CTE) -> CTE:
+    """Q12 in the claim: the exhausted ones among ``lapsed_rows``, locked and buried."""
+    locked_ids: Select[tuple[int]] = (
+        select(jobs.c.id)
+        .where(
+            id_among(
+                select(lapsed_rows.c.id).where(lapsed_rows.c.attempts >= lapsed_rows.c.max_attempts)
+            ),
+            *_still_lapsed(),
+            jobs.c.attempts >= jobs.c.max_attempts,
+        )
+        .with_for_update(skip_locked=True)
+    )
+    return move_to_dead(locked_ids, literal(LAPSED_EXHAUSTED_ERROR, type_=Text), "exhausted")
+
+
+def _reclaimable_of(lapsed_rows: CTE) -> CTE:
+    """Q11: the first ``:n`` lapsed rows with attempts left, in claim order, locked."""
     return (
         select(jobs.c.id, jobs.c.priority, jobs.c.run_at)
         .where(
-            _this_queue(),
-            or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > NOW),
-            *where,
-            not_paused(),
+            id_among(
+                select(lapsed_rows.c.id).where(
+                    lapsed_rows.c.attempts < lapsed_rows.c.max_attempts,
+                    _unexpired(lapsed_rows),
+                )
+            ),
+            *_still_lapsed(),
+            jobs.c.attempts < jobs.c.max_attempts,
+            _unexpired(),
         )
         .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
         .limit(bindparam("p_n", type_=Integer))
         .with_for_update(skip_locked=True)
-        .cte(name)
+        .cte("lapsed")
     )
+
+
+def _due_walk() -> CTE:
+    """Q9/Q10: the first ``:n`` due rows in claim order, locked -- one priority level at a time.
+
+    A loose index scan of ``jobs_claim_ix`` (queue, priority DESC, run_at,
+    id) WHERE pending.  Each step of the recursion:
+
+    - ``level``: the first pending row (in index order) below the previous
+      level's priority -- one index descent, whatever lies in that level;
+    - ``got``: that level's due, unexpired rows from that row on, in
+      (run_at, id) order, up to the ``:n`` still missing, FOR UPDATE SKIP
+      LOCKED.  Its scan starts at the level's first row (a row
+      comparison, so it does not walk again what ``level`` walked) and
+      ends at ``run_at <= now``: a level's not-yet-due rows are never read.
+
+    The recursion stops once ``:n`` rows are held (``found``) or no level
+    is left, so it costs two descents per priority level above the last
+    one it needs, not a read of every row outranking the due ones.  Each
+    step yields one row (the level and the array of ids it took), so what
+    is taken is fixed by each step's ORDER BY ... LIMIT, not by the order
+    in which PostgreSQL happens to return rows.  The seed priority is past
+    any ``integer``, so the first step finds the highest level.
+    """
+    seed = select(
+        literal(_ABOVE_ANY_PRIORITY, type_=BigInteger).label("p"),
+        null().cast(ARRAY(BigInteger)).label("ids"),
+        literal(0, type_=Integer).label("found"),
+    ).where(not_paused())
+    walk = seed.cte("walk", recursive=True)
+    prev = walk.alias("prev")
+    head = jobs.alias("head")
+    level = (
+        select(head.c.priority, head.c.run_at, head.c.id)
+        .where(
+            head.c.queue == bindparam("p_queue", type_=Text),
+            head.c.status == "pending",
+            head.c.priority < prev.c.p,
+        )
+        .order_by(head.c.priority.desc(), head.c.run_at, head.c.id)
+        .limit(literal(1, type_=Integer))
+        .lateral("level")
+    )
+    probe = (
+        select(jobs.c.id)
+        .where(
+            _this_queue(),
+            jobs.c.status == "pending",
+            jobs.c.priority == level.c.priority,
+            tuple_(jobs.c.run_at, jobs.c.id) >= tuple_(level.c.run_at, level.c.id),
+            jobs.c.run_at <= NOW,
+            _unexpired(),
+        )
+        .order_by(jobs.c.run_at, jobs.c.id)
+        .limit(bindparam("p_n", type_=Integer) - prev.c.found)
+        .with_for_update(skip_locked=True)
+        .correlate(prev, level)
+        .scalar_subquery()
+    )
+    # OFFSET: keeps the sub-select apart, so the probe (and its locks) runs
+    # once per step, not once per reference to its array.
+    got = select(func.array(probe).label("ids")).offset(literal(0, type_=Integer)).lateral("got")
+    step = (
+        select(
+            cast(level.c.priority, BigInteger),
+            got.c.ids,
+            prev.c.found + func.cardinality(got.c.ids),
+        )
+        .select_from(prev.join(level, true()).join(got, true()))
+        .where(prev.c.found < bindparam("p_n", type_=Integer))
+    )
+    return walk.union_all(step)
 
 
 @cache
 def claim() -> Update:
     """Claim up to ``:n`` jobs of ``:queue`` for ``:worker_id``; RETURNING the rows."""
-    due = _candidates(jobs.c.status == "pending", jobs.c.run_at <= NOW, name="due")
-    lapsed = _candidates(
-        jobs.c.status == "processing",
-        jobs.c.claim_deadline <= NOW,
-        jobs.c.attempts < jobs.c.max_attempts,
-        name="lapsed",
+    lapsed_rows = _lapsed_rows()
+    lapsed = _reclaimable_of(lapsed_rows)
+    walk = _due_walk()
+    due = select(jobs.c.id, jobs.c.priority, jobs.c.run_at).where(
+        id_among(select(func.unnest(walk.c.ids)))
     )
-    both = union_all(select(due), select(lapsed)).subquery("both")
+    both = union_all(due, select(lapsed)).subquery("both")
     picked = (
         select(both.c.id)
         .order_by(both.c.priority.desc(), both.c.run_at, both.c.id)
@@ -128,5 +281,5 @@ def claim() -> Update:
             claim_deadline=NOW + jobs.c.visibility_timeout,
         )
         .returning(*jobs.c)
-        .add_cte(bury_lapsed_exhausted(unless_paused=True))
+        .add_cte(_bury_exhausted_of(lapsed_rows))
     )
