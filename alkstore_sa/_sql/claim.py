@@ -66,9 +66,20 @@ from sqlalchemy import (
 from ..schema import jobs, paused_queues
 from ._common import MAX_ATTEMPTS_ERROR, NOW, id_among, move_to_dead
 
-__all__ = ["LAPSED_EXHAUSTED_ERROR", "bury_lapsed_exhausted", "claim", "not_paused"]
+__all__ = [
+    "LAPSED_EXHAUSTED_ERROR",
+    "SKIP_SCAN_SINCE",
+    "bury_lapsed_exhausted",
+    "claim",
+    "claim_walk",
+    "not_paused",
+]
 
 LAPSED_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
+
+# The first PostgreSQL whose B-tree skip scan walks jobs_claim_ix one priority
+# level at a time by itself (``claim``); earlier servers get ``claim_walk``.
+SKIP_SCAN_SINCE = (18,)
 
 # Above any ``integer`` priority: the walk's first step finds the highest level.
 _ABOVE_ANY_PRIORITY = 2**31
@@ -142,7 +153,16 @@ def _lapsed_rows() -> CTE:
 
 
 def _still_lapsed() -> tuple[ColumnElement[bool], ...]:
-    return (jobs.c.status == "processing", jobs.c.claim_deadline <= NOW)
+    """The lapse re-checked on a row of ``lapsed_rows`` once it is locked.
+
+    ``status <> 'pending'`` is ``status = 'processing'`` (the status CHECK
+    allows only the two) in a form the planner cannot match to
+    ``jobs_lapse_ix``'s predicate: the row is then found by its id, as
+    meant, instead of by a second scan of the lapse index (which the
+    planner prefers when its statistics say the index is nearly empty,
+    and which is what this design avoids).
+    """
+    return (jobs.c.status != "pending", jobs.c.claim_deadline <= NOW)
 
 
 def _bury_exhausted_of(lapsed_rows: CTE) -> CTE:
@@ -255,16 +275,46 @@ def _due_walk() -> CTE:
     return walk.union_all(step)
 
 
-@cache
-def claim() -> Update:
-    """Claim up to ``:n`` jobs of ``:queue`` for ``:worker_id``; RETURNING the rows."""
-    lapsed_rows = _lapsed_rows()
-    lapsed = _reclaimable_of(lapsed_rows)
+def _due_scan() -> Select[tuple[int, int, object]]:
+    """The first ``:n`` due rows in claim order, locked: one ordered scan of ``jobs_claim_ix``.
+
+    For PostgreSQL 18 and later, whose B-tree skip scan makes this one scan
+    a loose index scan by itself: with ``queue =`` and ``run_at <=`` as index
+    conditions and ``priority`` between them unconstrained, the scan skips
+    from one priority value to the next (EXPLAIN shows ``Index Searches``),
+    so a level's not-yet-due rows are never read -- at one descent per
+    level, cheaper than the explicit walk and planned with one relation
+    less.  Before 18 the same scan reads every pending row that outranks
+    the due ones (``claim_walk``).
+    """
+    due = (
+        select(jobs.c.id, jobs.c.priority, jobs.c.run_at)
+        .where(
+            _this_queue(),
+            _unexpired(),
+            jobs.c.status == "pending",
+            jobs.c.run_at <= NOW,
+            not_paused(),
+        )
+        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+        .limit(bindparam("p_n", type_=Integer))
+        .with_for_update(skip_locked=True)
+        .cte("due")
+    )
+    return select(due)
+
+
+def _due_from_walk() -> Select[tuple[int, int, object]]:
+    """The rows ``_due_walk`` took, with their sort keys (looked up by id)."""
     walk = _due_walk()
-    due = select(jobs.c.id, jobs.c.priority, jobs.c.run_at).where(
+    return select(jobs.c.id, jobs.c.priority, jobs.c.run_at).where(
         id_among(select(func.unnest(walk.c.ids)))
     )
-    both = union_all(due, select(lapsed)).subquery("both")
+
+
+def _claim(due: Select[tuple[int, int, object]]) -> Update:
+    lapsed_rows = _lapsed_rows()
+    both = union_all(due, select(_reclaimable_of(lapsed_rows))).subquery("both")
     picked = (
         select(both.c.id)
         .order_by(both.c.priority.desc(), both.c.run_at, both.c.id)
@@ -283,3 +333,19 @@ def claim() -> Update:
         .returning(*jobs.c)
         .add_cte(_bury_exhausted_of(lapsed_rows))
     )
+
+
+@cache
+def claim() -> Update:
+    """Claim up to ``:n`` jobs of ``:queue`` for ``:worker_id``; RETURNING the rows.
+
+    For PostgreSQL 18 and later (``_due_scan``); ``claim_walk`` is the same
+    claim for earlier versions.
+    """
+    return _claim(_due_scan())
+
+
+@cache
+def claim_walk() -> Update:
+    """``claim`` with the due rows found by ``_due_walk``: flat before PostgreSQL 18 too."""
+    return _claim(_due_from_walk())
