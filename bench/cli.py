@@ -383,7 +383,9 @@ def _s4(db: _db.Database, s: Sizes, label: str) -> _report.Figure:
     with db.connect() as holder:
         holder.execute("BEGIN")
         holder.execute("SELECT txid_current()")
+        read_start = _stats.claim_reads(db, "s4")
         result = _drain.drain("alkstore", dsn, "s4", 10, s.procs, s.s4_jobs, label, timings=True)
+        read_end = _stats.claim_reads(db, "s4")  # an empty claim: every entry left in its way
         holder.execute("ROLLBACK")
     left = _left(db, "s4")
     if result.jobs != s.s4_jobs or left:
@@ -396,6 +398,8 @@ def _s4(db: _db.Database, s: Sizes, label: str) -> _report.Figure:
         "p99_start_ms": _pct(start, 0.99),
         "p50_end_ms": _pct(end, 0.50),
         "p99_end_ms": _pct(end, 0.99),
+        **{f"{k}_start": v for k, v in read_start.items()},
+        **{f"{k}_end": v for k, v in read_end.items()},
     }
     shape = f"n=10, {s.procs} procs, xid held"
     return _report.Figure("S4", "alkstore", shape, result.jobs, result.seconds, extra)

@@ -8,32 +8,47 @@ Shape (Q8-Q12, O4)::
       exhausted_moved AS (DELETE the exhausted ones among lapsed_rows, locked
                        by id with SKIP LOCKED and re-checked, RETURNING *),
       exhausted AS (INSERT INTO dead_jobs SELECT ... FROM exhausted_moved),
-      walk AS (the due rows, one priority level at a time: see _due_walk),
-      lapsed AS (the first :n of lapsed_rows with attempts left, by id,
-                 re-checked, ORDER BY priority DESC, run_at, id, SKIP LOCKED),
-      picked AS (the first :n of walk's rows UNION ALL lapsed, same order)
+      due       AS (pending, due, unexpired rows in claim order, LIMIT :n,
+                    FOR UPDATE SKIP LOCKED: one ordered scan (``claim``) or
+                    a walk over priority levels (``claim_walk``)),
+      lapsed    AS (the first :n of lapsed_rows with attempts left, by id,
+                    re-checked, ORDER BY priority DESC, run_at, id, SKIP LOCKED),
+      picked    AS (the first :n of due UNION ALL lapsed, same order)
     UPDATE jobs SET status='processing', attempts=attempts+1, worker_id=:worker_id,
                     claim_deadline=now+visibility_timeout
     WHERE jobs.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING jobs.*
 
-Both row sources (lapsed_rows and the walk's first step) also require
-``NOT EXISTS (the queue in paused_queues)``: a one-time filter PostgreSQL
-evaluates once per statement (a primary-key lookup), so a paused queue's
-claim returns nothing and buries nothing, and sees a pause committed before
-the statement started (O4).
+Both row sources (lapsed_rows and the due rows) also require ``NOT EXISTS
+(the queue in paused_queues)``: a one-time filter PostgreSQL evaluates once
+per statement (a primary-key lookup), so a paused queue's claim returns
+nothing and buries nothing, and sees a pause committed before the statement
+started (O4).
 
-Rows another transaction holds are skipped, never waited for.  What each
-part reads does not grow with the rows that are not claimable now:
+Rows another transaction holds are skipped, never waited for.  What the
+claim reads does not grow with the rows that are not claimable now, with
+two exceptions below (issue 14; docs/design.md "The claim's cost in every
+backlog shape" has the EXPLAIN figures and the designs rejected):
 
-- due rows: ``jobs_claim_ix`` (queue, priority DESC, run_at, id) WHERE
-  pending, walked as a loose index scan -- per priority level, one descent
-  to the level's first row and one range scan of its due rows from there,
-  stopping at the LIMIT -- so not-yet-due rows at any priority are never
-  read (a read of every row that outranks the due ones, before);
-- lapsed rows: one range scan of ``jobs_lapse_ix`` (queue, claim_deadline)
-  WHERE processing up to now, shared by the burial and the reclaim (two
-  scans, before); rows held by live claims lie past ``now`` and are never
-  read.
+- not-yet-due rows that outrank the due ones: ``jobs_claim_ix`` (queue,
+  priority DESC, run_at, id) WHERE pending is read as a loose index scan,
+  one priority level at a time, stopping at the LIMIT.  PostgreSQL 18's
+  B-tree skip scan does that by itself for the single ordered scan
+  (``claim``: 125 buffers, 0.18 ms per claim at 1M such rows, as on an
+  empty queue); before 18 that scan read every such row (1,481 buffers,
+  10 ms at 300k on 15), so ``claim_walk`` writes the loose scan out as a
+  recursive CTE (34 buffers, 0.1 ms).  The walk is not used on 18: it
+  costs ~0.1 ms more planning per claim, on every claim.
+- rows held by live claims: not in ``jobs_claim_ix``, and past ``now`` in
+  ``jobs_lapse_ix``;
+- the lapsed range of ``jobs_lapse_ix``: scanned once, shared by the burial
+  and the reclaim (twice before), so the dead entries a long-open
+  transaction keeps there are read once per claim.
+
+Not flat: expired rows awaiting a sweep that outrank the due ones (each is
+read, on the heap, to see its ``expires_at``: the contract keeps them
+pending until ``sweep_expired()``), and, under a transaction held open,
+the dead entries every claimed job leaves at the head of its level in
+``jobs_claim_ix``, where the claim's scan starts.
 """
 
 from __future__ import annotations
