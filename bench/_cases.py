@@ -1,4 +1,4 @@
-"""E1/E2 and the S1 backlog, for alkstore_sa and the raw psycopg baseline.
+"""E1/E2 and the S1-S4 backlogs, for alkstore_sa and the raw psycopg baseline.
 
 Every case starts on empty tables (``reset``) and warms its statements
 before the clock starts, so each side is timed at its steady state.
@@ -174,3 +174,42 @@ def grow(db: Database, queue: str, future: int, dead: int) -> None:
         fill_dead(conn, queue, dead, first_id=1_000_000_000_001)
         conn.execute("VACUUM (ANALYZE) alkstore.jobs")
         conn.execute("VACUUM (ANALYZE) alkstore.dead_jobs")
+
+
+def fill_due(db: Database, queue: str, jobs: int) -> None:
+    """``jobs`` due jobs at priority 0, bulk-made in SQL (as enqueue_many leaves them)."""
+    with db.connect() as conn:
+        conn.execute(
+            """
+            INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts, visibility_timeout)
+            SELECT %(q)s, %(p)s, statement_timestamp(), 5, interval '30 seconds'
+              FROM generate_series(1, %(k)s)
+            """,
+            {"q": queue, "p": PAYLOAD, "k": jobs},
+        )
+
+
+def grow_outranking(db: Database, queue: str, rows: int, *, expired: bool) -> None:
+    """S2/S3's weight: ``rows`` unclaimable pending rows at priority 10 in ``queue``.
+
+    The drain's jobs are at priority 0, so every one of these outranks them
+    in the claim order: not yet due (S2: run_at a day ahead), or due but
+    expired and not yet swept (S3: run_at an hour ago, expires_at a minute
+    ago).  Bulk-made in SQL, then vacuumed and analysed.
+    """
+    when = (
+        "statement_timestamp() - interval '1 hour', statement_timestamp() - interval '1 minute'"
+        if expired
+        else "statement_timestamp() + interval '1 day', NULL"
+    )
+    with db.connect() as conn:
+        conn.execute(
+            f"""
+            INSERT INTO alkstore.jobs (queue, payload, priority, run_at, expires_at,
+                                       max_attempts, visibility_timeout)
+            SELECT %(q)s, %(p)s, 10, {when}, 5, interval '30 seconds'
+              FROM generate_series(1, %(k)s)
+            """,
+            {"q": queue, "p": PAYLOAD, "k": rows},
+        )
+        conn.execute("VACUUM (ANALYZE) alkstore.jobs")

@@ -1,9 +1,11 @@
-"""D1/S1: several processes drain one queue with claim + ack, batch ``n``.
+"""D1/S1-S4: several processes drain one queue with claim + ack, batch ``n``.
 
 Each process (``spawn``, so nothing is inherited) opens its connection,
 warms its statements on an empty queue, reports ready and waits for the
 start signal; then it claims ``n`` and acks them until a claim comes back
-empty.  The time is from the first process's start to the last one's end
+empty.  With ``timings`` each process also records every claim's start and
+duration (S4 compares the claims at the start of a drain with those at its
+end).  The time is from the first process's start to the last one's end
 (``perf_counter`` is the system-wide monotonic clock on Linux, so the
 processes' readings compare).  Setup and process start are not timed.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ._progress import Bar
@@ -36,13 +38,21 @@ RETURNING j.*
 RAW_ACK = "DELETE FROM alkstore.jobs WHERE id = ANY(%(ids)s) AND status = 'processing'"
 
 
+# (start, seconds, rows) of each claim that returned rows (perf_counter readings).
+Timed = list[tuple[float, float, int]]
+
+
 @dataclass
 class DrainResult:
     jobs: int
     seconds: float
+    # With ``timings``: (start, seconds, rows) of every claim that returned rows.
+    claims: Timed = field(default_factory=list)
 
 
-def _alk_loop(dsn_sa: str, queue: str, n: int, wid: str) -> tuple[Callable[[], int], Any]:
+def _alk_loop(
+    dsn_sa: str, queue: str, n: int, wid: str, timed: Timed | None = None
+) -> tuple[Callable[[], int], Any]:
     from sqlalchemy import create_engine
 
     from alkstore_sa import Store
@@ -64,10 +74,21 @@ def _alk_loop(dsn_sa: str, queue: str, n: int, wid: str) -> tuple[Callable[[], i
             q.ack_batch([h.id for h in handles])
         return len(handles)
 
-    return step, engine
+    def timed_step() -> int:
+        assert timed is not None
+        start = time.perf_counter()
+        handles = q.claim_batch(wid, n)
+        if handles:
+            timed.append((start, time.perf_counter() - start, len(handles)))
+            q.ack_batch([h.id for h in handles])
+        return len(handles)
+
+    return (step if timed is None else timed_step), engine
 
 
-def _raw_loop(dsn: str, queue: str, n: int, wid: str) -> tuple[Callable[[], int], Any]:
+def _raw_loop(
+    dsn: str, queue: str, n: int, wid: str, timed: Timed | None = None
+) -> tuple[Callable[[], int], Any]:
     import psycopg
 
     conn = psycopg.connect(dsn, autocommit=True)
@@ -95,9 +116,11 @@ def _child(
     go: Any,
     counts: Any,
     out: Any,
+    timings: bool = False,
 ) -> None:
     wid = f"bench-{kind}-{idx}"
-    step, resource = (_alk_loop if kind == "alkstore" else _raw_loop)(dsn, queue, n, wid)
+    claims: Timed | None = [] if timings else None
+    step, resource = (_alk_loop if kind == "alkstore" else _raw_loop)(dsn, queue, n, wid, claims)
     ready.put(idx)
     go.wait()
     done = 0
@@ -109,7 +132,7 @@ def _child(
         done += got
         counts[idx] = done
     t1 = time.perf_counter()
-    out.put((idx, t0, t1, done))
+    out.put((idx, t0, t1, done, claims or []))
     if kind == "alkstore":
         resource.dispose()
     else:
@@ -117,7 +140,15 @@ def _child(
 
 
 def drain(
-    kind: str, dsn: str, queue: str, n: int, procs: int, total: int, label: str
+    kind: str,
+    dsn: str,
+    queue: str,
+    n: int,
+    procs: int,
+    total: int,
+    label: str,
+    *,
+    timings: bool = False,
 ) -> DrainResult:
     """Run one drain; ``dsn`` is a SQLAlchemy URL for alkstore, a libpq URI for raw."""
     ctx = mp.get_context("spawn")
@@ -127,7 +158,9 @@ def drain(
     children = [
         # daemon: an interrupted run must not wait on (or leave) its drainers
         ctx.Process(
-            target=_child, args=(kind, dsn, queue, n, i, ready, go, counts, out), daemon=True
+            target=_child,
+            args=(kind, dsn, queue, n, i, ready, go, counts, out, timings),
+            daemon=True,
         )
         for i in range(procs)
     ]
@@ -151,4 +184,5 @@ def drain(
     seconds = max(r[2] for r in results) - min(r[1] for r in results)
     bar.set(jobs)
     bar.close(rate=jobs / seconds)
-    return DrainResult(jobs=jobs, seconds=seconds)
+    claims = sorted(c for r in results for c in r[4])
+    return DrainResult(jobs=jobs, seconds=seconds, claims=claims)

@@ -138,6 +138,29 @@ def targets(figs: Figures) -> list[Target]:
                 True,
             )
         )
+    for case, what in (("S2", "not-yet-due"), ("S3", "expired, unswept")):
+        if f(case, "alkstore") is not None:  # S2-S4 run only when asked for
+            out.append(
+                Target(
+                    f"{case} vs D1 n=10",
+                    f">= 0.8 x D1 n=10 ({what} rows outrank the jobs)",
+                    _ratio(f(case, "alkstore"), f("D1", "alkstore", "n=10")),
+                    0.8,
+                    True,
+                )
+            )
+    s4 = f("S4", "alkstore")
+    if s4 is not None:
+        start, end = s4.extra.get("p99_start_ms"), s4.extra.get("p99_end_ms")
+        out.append(
+            Target(
+                "S4 claim p99 end / start",
+                "<= 2 x: last tenth of the drain vs first (xid held)",
+                None if not start or end is None else end / start,
+                2.0,
+                False,
+            )
+        )
     small = f("ST", "alkstore", "q.stats(), small queue")
     if small is not None:  # ST runs only when asked for (--only ST)
         out.append(

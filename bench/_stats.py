@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from sqlalchemy import create_engine
 
-from alkstore_sa import Store
+from alkstore_sa import Store, _ops
 
 from ._cases import PAYLOAD, fill_dead
 from ._db import Database
@@ -109,3 +109,44 @@ def measure(db: Database, live: int, dead: int, label: str) -> list[Figure]:
     finally:
         store.engine.dispose()
     return figures
+
+
+def claim_reads(db: Database, queue: str, n: int = 10) -> dict[str, float]:
+    """What one claim of ``queue`` reads, from its ``EXPLAIN (ANALYZE, BUFFERS)``.
+
+    The claim this server gets (run in a transaction rolled back after):
+    shared buffers read through each claim-path index, summed over every
+    scan of it in the plan, and the execution time in ms.  S4 takes it
+    before and after its drain.
+    """
+    from alkstore_sa._sql import claim as claim_sql
+    from alkstore_sa._sql._render import rendered
+
+    engine = create_engine(db.sa_url(), pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as conn:
+            pick = getattr(_ops, "_claim_statement", None)
+            stmt = pick(conn) if pick is not None else claim_sql.claim()
+            text = rendered(stmt, conn.dialect, "alkstore")
+            assert text is not None
+            params = text.params({"p_queue": queue, "p_worker_id": "explain", "p_n": n})
+            tx = conn.begin()
+            try:
+                explain = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text.sql
+                plan = conn.exec_driver_sql(explain, params).scalar_one()[0]
+            finally:
+                tx.rollback()
+    finally:
+        engine.dispose()
+    reads = {"claim_ix_buffers": 0.0, "lapse_ix_buffers": 0.0}
+    stack = [plan["Plan"]]
+    while stack:
+        node = stack.pop()
+        stack.extend(node.get("Plans", []))
+        key = {"jobs_claim_ix": "claim_ix_buffers", "jobs_lapse_ix": "lapse_ix_buffers"}.get(
+            node.get("Index Name", "")
+        )
+        if key is not None:
+            reads[key] += node["Shared Hit Blocks"] + node["Shared Read Blocks"]
+    reads["claim_exec_ms"] = float(plan["Execution Time"])
+    return reads

@@ -3,9 +3,12 @@
 Cases: E1 enqueue one job per transaction; E2 ``enqueue_many`` x
 1,000; D1 drain by 4 processes with claim_batch(n) + ack_batch at n = 10
 and 100; D2 drain by one ``Worker``; L1 wake latency; S1 = D1 with a big
-backlog of future jobs and dead rows; ST ``stats()`` of a queue of 1M live
-and 100k dead rows and of a small queue beside it (only with ``--only
-ST``: its setup takes a while).  Baselines in the same run: raw psycopg
+backlog of future jobs and dead rows; S2/S3 = D1 (n=10) under 1M
+not-yet-due / 100k expired unswept rows that outrank the drained jobs; S4 =
+D1 (n=10) of 200k jobs while another session holds a transaction (with an
+xid) open; ST ``stats()`` of a queue of 1M live and 100k dead rows and of a
+small queue beside it (S2-S4 and ST only when named: their setup takes a
+while).  Baselines in the same run: raw psycopg
 SQL and pgqueuer (the ``bench`` extra).  Prints a table of figures and
 ratios, and writes JSON with ``--json``.
 """
@@ -28,9 +31,10 @@ from typing import Any
 from . import _cases, _db, _drain, _otel, _pgq, _report, _stats, _worker
 from ._progress import say
 
-CASES = ("E1", "E2", "D1", "D2", "L1", "S1", "ST", "B4")
-# Run without --only: ST's million rows take longer to make than it measures;
-# B4 (D2 with and without the Prometheus worker metrics, interleaved) is an A/B.
+CASES = ("E1", "E2", "D1", "D2", "L1", "S1", "S2", "S3", "S4", "ST", "B4")
+# Run without --only: ST's and S2-S4's rows take longer to make than they
+# measure; B4 (D2 with and without the Prometheus worker metrics,
+# interleaved) is an A/B.
 DEFAULT_CASES = ("E1", "E2", "D1", "D2", "L1", "S1")
 
 
@@ -47,6 +51,9 @@ class Sizes:
     st_live: int = 1_000_000  # ST: the big queue's live rows
     st_dead: int = 100_000  # ST: its dead rows
     b4_rounds: int = 6  # B4: A/B rounds, each a plain and an instrumented drain per worker
+    s2_future: int = 1_000_000  # S2: not-yet-due rows outranking the drained jobs
+    s3_expired: int = 100_000  # S3: expired, unswept rows outranking them
+    s4_jobs: int = 200_000  # S4: jobs drained under an open transaction
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -60,6 +67,9 @@ class Sizes:
             st_live=100_000,
             st_dead=10_000,
             b4_rounds=2,
+            s2_future=200_000,
+            s3_expired=20_000,
+            s4_jobs=40_000,
         )
 
 
@@ -74,6 +84,9 @@ _SIZE_KNOBS = (
     "st_live",
     "st_dead",
     "b4_rounds",
+    "s2_future",
+    "s3_expired",
+    "s4_jobs",
 )
 
 
@@ -82,7 +95,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         help=f"comma-separated cases to run, e.g. E1,D1 (default: {','.join(DEFAULT_CASES)}; "
-        "ST only when named)",
+        "S2, S3, S4, ST and B4 only when named)",
     )
     p.add_argument("--jobs", type=int, help="jobs per drain (D1, D2, S1; default 20,000)")
     p.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run in ~1 min")
@@ -287,6 +300,27 @@ def _plan(db: _db.Database, s: Sizes, only: set[str], pgq: bool) -> list[tuple[s
 
                 add(f"S1 {system} n={n}", s1)
                 first = False
+    scale = [c for c in ("S2", "S3", "S4") if c in only]
+    if scale and "D1" not in only:  # their targets are ratios to D1 n=10 of this run
+        add("D1 alkstore n=10", fresh(lambda lb: _d1(db, s, "D1", "alkstore", 10, lb)))
+    if "S2" in only:
+
+        def s2(lb: str) -> Any:
+            say(f"S2: adding {s.s2_future:,} not-yet-due jobs at a higher priority ...")
+            _cases.grow_outranking(db, "s2", s.s2_future, expired=False)
+            return _d1(db, s, "S2", "alkstore", 10, lb)
+
+        add("S2 alkstore n=10", fresh(s2))
+    if "S3" in only:
+
+        def s3(lb: str) -> Any:
+            say(f"S3: adding {s.s3_expired:,} expired, unswept jobs at a higher priority ...")
+            _cases.grow_outranking(db, "s3", s.s3_expired, expired=True)
+            return _d1(db, s, "S3", "alkstore", 10, lb)
+
+        add("S3 alkstore n=10", fresh(s3))
+    if "S4" in only:
+        add("S4 alkstore n=10", fresh(lambda lb: _s4(db, s, lb)))
     if "ST" in only:
         add("ST stats()", fresh(lambda lb: _stats.measure(db, s.st_live, s.st_dead, lb)))
     if "B4" in only:
@@ -308,8 +342,15 @@ def _plan(db: _db.Database, s: Sizes, only: set[str], pgq: bool) -> list[tuple[s
     return steps
 
 
+_SHAPES = {
+    "S1": ", 1M future + dead",
+    "S2": ", future rows outrank",
+    "S3": ", expired rows outrank",
+}
+
+
 def _d1(db: _db.Database, s: Sizes, case: str, system: str, n: int, label: str) -> Any:
-    queue = "s1" if case == "S1" else "d1"
+    queue = case.lower()
     _cases.fill(db, queue, s.drain)
     _db.vacuum(db, "alkstore.jobs")
     if system == "alkstore":
@@ -322,13 +363,58 @@ def _d1(db: _db.Database, s: Sizes, case: str, system: str, n: int, label: str) 
     left = _left(db, queue)
     if result.jobs != s.drain or left:
         raise RuntimeError(f"{label}: drained {result.jobs} of {s.drain}, {left} due jobs left")
-    shape = f"n={n}, {s.procs} procs" + (", 1M future + dead" if case == "S1" else "")
+    shape = f"n={n}, {s.procs} procs" + _SHAPES.get(case, "")
     return _report.Figure(case, system, shape, result.jobs, result.seconds)
+
+
+def _s4(db: _db.Database, s: Sizes, label: str) -> _report.Figure:
+    """D1 (n=10) of ``s4_jobs`` jobs while another session holds an xid the whole time.
+
+    The open transaction keeps VACUUM and page pruning from removing any row
+    version the drain leaves behind (the claimed rows' pending versions, the
+    acked rows' processing versions) and index scans from marking their
+    entries dead, so each claim may meet more of them than the last.  The
+    figure is the claim's latency (the claim alone, not its ack) over the
+    first and the last tenth of the drain's claims.
+    """
+    _cases.fill_due(db, "s4", s.s4_jobs)
+    _db.vacuum(db, "alkstore.jobs")
+    dsn = db.sa_url().render_as_string(hide_password=False)
+    with db.connect() as holder:
+        holder.execute("BEGIN")
+        holder.execute("SELECT txid_current()")
+        read_start = _stats.claim_reads(db, "s4")
+        result = _drain.drain("alkstore", dsn, "s4", 10, s.procs, s.s4_jobs, label, timings=True)
+        read_end = _stats.claim_reads(db, "s4")  # an empty claim: every entry left in its way
+        holder.execute("ROLLBACK")
+    left = _left(db, "s4")
+    if result.jobs != s.s4_jobs or left:
+        raise RuntimeError(f"{label}: drained {result.jobs} of {s.s4_jobs}, {left} due jobs left")
+    tenth = max(1, len(result.claims) // 10)
+    start = [c[1] * 1000 for c in result.claims[:tenth]]
+    end = [c[1] * 1000 for c in result.claims[-tenth:]]
+    extra = {
+        "p50_start_ms": _pct(start, 0.50),
+        "p99_start_ms": _pct(start, 0.99),
+        "p50_end_ms": _pct(end, 0.50),
+        "p99_end_ms": _pct(end, 0.99),
+        **{f"{k}_start": v for k, v in read_start.items()},
+        **{f"{k}_end": v for k, v in read_end.items()},
+    }
+    shape = f"n=10, {s.procs} procs, xid held"
+    return _report.Figure("S4", "alkstore", shape, result.jobs, result.seconds, extra)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _left(db: _db.Database, queue: str) -> int:
     with db.connect() as conn:
         row = conn.execute(
-            "SELECT count(*) FROM alkstore.jobs WHERE queue = %s AND run_at <= now()", [queue]
+            "SELECT count(*) FROM alkstore.jobs WHERE queue = %s AND run_at <= now()"
+            " AND (expires_at IS NULL OR expires_at > now())",  # S3's expired rows stay
+            [queue],
         ).fetchone()
         return int(row[0]) if row else 0

@@ -67,3 +67,28 @@ def test_b4_bench_ab_runs_plain_and_instrumented_drains(
         assert any(
             k.startswith(f"B4 {shape} rate +prom/plain, median of 2") for k in doc["references"]
         )
+
+
+def test_bench_scale_cases_s2_s3_s4_report_their_targets(
+    pg_server: _pg.Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
+    monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
+    out = tmp_path / "scale.json"
+    sizes = ["--jobs", "120", "--procs", "2", "--s2-future", "500", "--s3-expired", "200"]
+    sizes += ["--s4-jobs", "400"]
+
+    assert cli.main(["--only", "S2,S3,S4", *sizes, "--no-pgqueuer", "--json", str(out)]) == 0
+
+    doc = json.loads(out.read_text())
+    ran = {f["case"] for f in doc["figures"]}
+    assert {"D1", "S2", "S3", "S4"} <= ran  # D1 n=10 comes along as their baseline
+    targets = {t["name"]: t for t in doc["targets"]}
+    for name in ("S2 vs D1 n=10", "S3 vs D1 n=10", "S4 claim p99 end / start"):
+        assert targets[name]["value"] is not None
+    s4 = next(f for f in doc["figures"] if f["case"] == "S4")
+    assert s4["jobs"] == 400
+    for key in ("p99_start_ms", "p99_end_ms", "claim_ix_buffers_end", "lapse_ix_buffers_end"):
+        assert key in s4["extra"]

@@ -40,6 +40,7 @@ ENQUEUE_STAMPS = {
 # The parameters each builder expects from its caller (_ops.py), by name.
 EXPECTED: dict[str, set[str]] = {
     "claim.claim": {"p_queue", "p_worker_id", "p_n"},
+    "claim.claim_walk": {"p_queue", "p_worker_id", "p_n"},
     "enqueue.enqueue": {*ENQUEUE_STAMPS, "p_payloads"},
     "enqueue.enqueue_one": {*ENQUEUE_STAMPS, "p_payload"},
     "enqueue.enqueue_traced": {*ENQUEUE_STAMPS, "p_payloads", "p_trace_context"},
@@ -159,20 +160,34 @@ def test_builder_constants_travel_as_parameters() -> None:
     assert "expired" in _compile(queue.bury_expired()).params.values()
 
 
-def test_claim_is_one_statement_skipping_locked_rows() -> None:
-    text = _compile(claim.claim()).string
+CLAIMS = [claim.claim, claim.claim_walk]  # PostgreSQL 18+, and before (_ops._claim_statement)
+
+
+@pytest.mark.parametrize("build", CLAIMS)
+def test_claim_is_one_statement_skipping_locked_rows(build: Callable[[], Any]) -> None:
+    text = _compile(build()).string
     assert text.count("FOR UPDATE SKIP LOCKED") == 3  # the burial, due, and lapsed rows
     assert "UPDATE alkstore.jobs SET" in text and "RETURNING" in text
     assert "INSERT INTO alkstore.dead_jobs" in text  # Q12 burial in the same round trip
     assert "statement_timestamp()" in text and "now()" not in text
 
 
-def test_o4_every_row_source_of_the_claim_checks_the_pause() -> None:
-    text = _compile(claim.claim()).string
-    # The burial, due and lapsed rows each stop at a pause of this queue.
+@pytest.mark.parametrize("build", CLAIMS)
+def test_o4_every_row_source_of_the_claim_checks_the_pause(build: Callable[[], Any]) -> None:
+    text = _compile(build()).string
+    # Both row sources stop at a pause of this queue: the one scan of lapsed
+    # rows (which the burial and the reclaim take theirs from) and the due
+    # rows (the scan, or the walk's first step).
     gate = "NOT (EXISTS (SELECT alkstore.paused_queues.queue \nFROM alkstore.paused_queues"
-    assert text.count(gate) == 3
-    assert text.count("alkstore.paused_queues.queue = %(p_queue)s") == 3
+    assert text.count(gate) == 2
+    assert text.count("alkstore.paused_queues.queue = %(p_queue)s") == 2
+    lapsed_rows = text[text.index("lapsed_rows AS") : text.index("exhausted_moved AS")]
+    assert gate in lapsed_rows
+    if build is claim.claim_walk:
+        due = text[text.index("walk(p, ids, found) AS") : text.index("UNION ALL")]
+    else:
+        due = text[text.index("due AS") : text.index("lapsed AS")]
+    assert gate in due
     # sweep_expired()'s burial does not wait for a resume.
     assert "paused_queues" not in _compile(queue.bury_lapsed()).string
 
@@ -233,6 +248,7 @@ def test_time_is_the_statements_clock_everywhere() -> None:
 
 def test_rows_read_by_position_come_in_live_column_order() -> None:
     # ops builds Job values from these rows by position (Job.from_live).
-    assert tuple(c.name for c in claim.claim().exported_columns) == LIVE_COLUMNS
+    for build in CLAIMS:
+        assert tuple(c.name for c in build().exported_columns) == LIVE_COLUMNS
     assert tuple(queue.get_job().selected_columns.keys()) == (*LIVE_COLUMNS, "died_at")
     assert tuple(c.name for c in jobs.c) == LIVE_COLUMNS

@@ -2,26 +2,53 @@
 
 Shape (Q8-Q12, O4)::
 
-    WITH exhausted_moved AS (DELETE lapsed rows with no attempts left RETURNING *),
-         exhausted AS (INSERT INTO dead_jobs SELECT ... FROM exhausted_moved),
-         due       AS (SELECT pending, due, unexpired rows ORDER BY priority DESC,
-                       run_at, id LIMIT :n FOR UPDATE SKIP LOCKED),
-         lapsed    AS (SELECT processing rows past their deadline with attempts
-                       left, same order, LIMIT :n FOR UPDATE SKIP LOCKED),
-         picked    AS (the first :n of due UNION ALL lapsed, same order)
+    WITH RECURSIVE
+      lapsed_rows AS MATERIALIZED (this queue's processing rows past their
+                       deadline: ONE scan of jobs_lapse_ix, unlocked),
+      exhausted_moved AS (DELETE the exhausted ones among lapsed_rows, locked
+                       by id with SKIP LOCKED and re-checked, RETURNING *),
+      exhausted AS (INSERT INTO dead_jobs SELECT ... FROM exhausted_moved),
+      due       AS (pending, due, unexpired rows in claim order, LIMIT :n,
+                    FOR UPDATE SKIP LOCKED: one ordered scan (``claim``) or
+                    a walk over priority levels (``claim_walk``)),
+      lapsed    AS (the first :n of lapsed_rows with attempts left, by id,
+                    re-checked, ORDER BY priority DESC, run_at, id, SKIP LOCKED),
+      picked    AS (the first :n of due UNION ALL lapsed, same order)
     UPDATE jobs SET status='processing', attempts=attempts+1, worker_id=:worker_id,
                     claim_deadline=now+visibility_timeout
     WHERE jobs.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING jobs.*
 
-Every row source also requires ``NOT EXISTS (the queue in paused_queues)``:
-a one-time filter PostgreSQL evaluates once per statement (a primary-key
-lookup), so a paused queue's claim returns nothing and buries nothing, and
-sees a pause committed before the statement started (O4).
+Both row sources (lapsed_rows and the due rows) also require ``NOT EXISTS
+(the queue in paused_queues)``: a one-time filter PostgreSQL evaluates once
+per statement (a primary-key lookup), so a paused queue's claim returns
+nothing and buries nothing, and sees a pause committed before the statement
+started (O4).
 
-Rows another transaction holds are skipped, never waited for.  Pending rows
-are found through a partial index walked in claim order (stopping at the
-LIMIT), lapsed ones through a partial index on their deadline (few, and
-sorted), so neither a backlog of dead rows nor of future jobs slows it.
+Rows another transaction holds are skipped, never waited for.  What the
+claim reads does not grow with the rows that are not claimable now, with
+two exceptions below (issue 14; docs/design.md "The claim's cost in every
+backlog shape" has the EXPLAIN figures and the designs rejected):
+
+- not-yet-due rows that outrank the due ones: ``jobs_claim_ix`` (queue,
+  priority DESC, run_at, id) WHERE pending is read as a loose index scan,
+  one priority level at a time, stopping at the LIMIT.  PostgreSQL 18's
+  B-tree skip scan does that by itself for the single ordered scan
+  (``claim``: 125 buffers, 0.18 ms per claim at 1M such rows, as on an
+  empty queue); before 18 that scan read every such row (1,481 buffers,
+  10 ms at 300k on 15), so ``claim_walk`` writes the loose scan out as a
+  recursive CTE (34 buffers, 0.1 ms).  The walk is not used on 18: it
+  costs ~0.1 ms more planning per claim, on every claim.
+- rows held by live claims: not in ``jobs_claim_ix``, and past ``now`` in
+  ``jobs_lapse_ix``;
+- the lapsed range of ``jobs_lapse_ix``: scanned once, shared by the burial
+  and the reclaim (twice before), so the dead entries a long-open
+  transaction keeps there are read once per claim.
+
+Not flat: expired rows awaiting a sweep that outrank the due ones (each is
+read, on the heap, to see its ``expires_at``: the contract keeps them
+pending until ``sweep_expired()``), and, under a transaction held open,
+the dead entries every claimed job leaves at the head of its level in
+``jobs_claim_ix``, where the claim's scan starts.
 """
 
 from __future__ import annotations
@@ -29,16 +56,24 @@ from __future__ import annotations
 from functools import cache
 
 from sqlalchemy import (
+    ARRAY,
     CTE,
+    BigInteger,
     ColumnElement,
+    FromClause,
     Integer,
     Select,
     Text,
     Update,
     bindparam,
+    cast,
+    func,
     literal,
+    null,
     or_,
     select,
+    true,
+    tuple_,
     union_all,
     update,
 )
@@ -46,9 +81,23 @@ from sqlalchemy import (
 from ..schema import jobs, paused_queues
 from ._common import MAX_ATTEMPTS_ERROR, NOW, id_among, move_to_dead
 
-__all__ = ["LAPSED_EXHAUSTED_ERROR", "bury_lapsed_exhausted", "claim", "not_paused"]
+__all__ = [
+    "LAPSED_EXHAUSTED_ERROR",
+    "SKIP_SCAN_SINCE",
+    "bury_lapsed_exhausted",
+    "claim",
+    "claim_walk",
+    "not_paused",
+]
 
 LAPSED_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
+
+# The first PostgreSQL whose B-tree skip scan walks jobs_claim_ix one priority
+# level at a time by itself (``claim``); earlier servers get ``claim_walk``.
+SKIP_SCAN_SINCE = (18,)
+
+# Above any ``integer`` priority: the walk's first step finds the highest level.
+_ABOVE_ANY_PRIORITY = 2**31
 
 
 def _this_queue() -> ColumnElement[bool]:
@@ -85,33 +134,202 @@ def bury_lapsed_exhausted(name: str = "exhausted", *, unless_paused: bool = Fals
     return move_to_dead(locked_ids, literal(LAPSED_EXHAUSTED_ERROR, type_=Text), name)
 
 
-def _candidates(*where: ColumnElement[bool], name: str) -> CTE:
+def _unexpired(table: FromClause = jobs) -> ColumnElement[bool]:
+    return or_(table.c.expires_at.is_(None), table.c.expires_at > NOW)
+
+
+def _lapsed_rows() -> CTE:
+    """This queue's processing rows past their deadline: ONE scan of ``jobs_lapse_ix``.
+
+    Unlocked and materialized (the burial and the reclaim both read it), so
+    the lapse index -- and, under a long transaction, every dead entry in
+    its lapsed range -- is walked once per claim, not twice.  Each consumer
+    then locks its rows by primary key and re-checks them (a row another
+    claim took meanwhile no longer matches and is skipped).
+    """
+    return (
+        select(
+            jobs.c.id,
+            jobs.c.priority,
+            jobs.c.run_at,
+            jobs.c.attempts,
+            jobs.c.max_attempts,
+            jobs.c.expires_at,
+        )
+        .where(
+            _this_queue(),
+            jobs.c.status == "processing",
+            jobs.c.claim_deadline <= NOW,
+            not_paused(),
+        )
+        .cte("lapsed_rows")
+        .prefix_with("MATERIALIZED")
+    )
+
+
+def _still_lapsed() -> tuple[ColumnElement[bool], ...]:
+    """The lapse re-checked on a row of ``lapsed_rows`` once it is locked.
+
+    ``status <> 'pending'`` is ``status = 'processing'`` (the status CHECK
+    allows only the two) in a form the planner cannot match to
+    ``jobs_lapse_ix``'s predicate: the row is then found by its id, as
+    meant, instead of by a second scan of the lapse index (which the
+    planner prefers when its statistics say the index is nearly empty,
+    and which is what this design avoids).
+    """
+    return (jobs.c.status != "pending", jobs.c.claim_deadline <= NOW)
+
+
+def _bury_exhausted_of(lapsed_rows: CTE) -> CTE:
+    """Q12 in the claim: the exhausted ones among ``lapsed_rows``, locked and buried."""
+    locked_ids: Select[tuple[int]] = (
+        select(jobs.c.id)
+        .where(
+            id_among(
+                select(lapsed_rows.c.id).where(lapsed_rows.c.attempts >= lapsed_rows.c.max_attempts)
+            ),
+            *_still_lapsed(),
+            jobs.c.attempts >= jobs.c.max_attempts,
+        )
+        .with_for_update(skip_locked=True)
+    )
+    return move_to_dead(locked_ids, literal(LAPSED_EXHAUSTED_ERROR, type_=Text), "exhausted")
+
+
+def _reclaimable_of(lapsed_rows: CTE) -> CTE:
+    """Q11: the first ``:n`` lapsed rows with attempts left, in claim order, locked."""
     return (
         select(jobs.c.id, jobs.c.priority, jobs.c.run_at)
         .where(
+            id_among(
+                select(lapsed_rows.c.id).where(
+                    lapsed_rows.c.attempts < lapsed_rows.c.max_attempts,
+                    _unexpired(lapsed_rows),
+                )
+            ),
+            *_still_lapsed(),
+            jobs.c.attempts < jobs.c.max_attempts,
+            _unexpired(),
+        )
+        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+        .limit(bindparam("p_n", type_=Integer))
+        .with_for_update(skip_locked=True)
+        .cte("lapsed")
+    )
+
+
+def _due_walk() -> CTE:
+    """Q9/Q10: the first ``:n`` due rows in claim order, locked -- one priority level at a time.
+
+    A loose index scan of ``jobs_claim_ix`` (queue, priority DESC, run_at,
+    id) WHERE pending.  Each step of the recursion:
+
+    - ``level``: the first pending row (in index order) below the previous
+      level's priority -- one index descent, whatever lies in that level;
+    - ``got``: that level's due, unexpired rows from that row on, in
+      (run_at, id) order, up to the ``:n`` still missing, FOR UPDATE SKIP
+      LOCKED.  Its scan starts at the level's first row (a row
+      comparison, so it does not walk again what ``level`` walked) and
+      ends at ``run_at <= now``: a level's not-yet-due rows are never read.
+
+    The recursion stops once ``:n`` rows are held (``found``) or no level
+    is left, so it costs two descents per priority level above the last
+    one it needs, not a read of every row outranking the due ones.  Each
+    step yields one row (the level and the array of ids it took), so what
+    is taken is fixed by each step's ORDER BY ... LIMIT, not by the order
+    in which PostgreSQL happens to return rows.  The seed priority is past
+    any ``integer``, so the first step finds the highest level.
+    """
+    seed = select(
+        literal(_ABOVE_ANY_PRIORITY, type_=BigInteger).label("p"),
+        null().cast(ARRAY(BigInteger)).label("ids"),
+        literal(0, type_=Integer).label("found"),
+    ).where(not_paused())
+    walk = seed.cte("walk", recursive=True)
+    prev = walk.alias("prev")
+    head = jobs.alias("head")
+    level = (
+        select(head.c.priority, head.c.run_at, head.c.id)
+        .where(
+            head.c.queue == bindparam("p_queue", type_=Text),
+            head.c.status == "pending",
+            head.c.priority < prev.c.p,
+        )
+        .order_by(head.c.priority.desc(), head.c.run_at, head.c.id)
+        .limit(literal(1, type_=Integer))
+        .lateral("level")
+    )
+    probe = (
+        select(jobs.c.id)
+        .where(
             _this_queue(),
-            or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > NOW),
-            *where,
+            jobs.c.status == "pending",
+            jobs.c.priority == level.c.priority,
+            tuple_(jobs.c.run_at, jobs.c.id) >= tuple_(level.c.run_at, level.c.id),
+            jobs.c.run_at <= NOW,
+            _unexpired(),
+        )
+        .order_by(jobs.c.run_at, jobs.c.id)
+        .limit(bindparam("p_n", type_=Integer) - prev.c.found)
+        .with_for_update(skip_locked=True)
+        .correlate(prev, level)
+        .scalar_subquery()
+    )
+    # OFFSET: keeps the sub-select apart, so the probe (and its locks) runs
+    # once per step, not once per reference to its array.
+    got = select(func.array(probe).label("ids")).offset(literal(0, type_=Integer)).lateral("got")
+    step = (
+        select(
+            cast(level.c.priority, BigInteger),
+            got.c.ids,
+            prev.c.found + func.cardinality(got.c.ids),
+        )
+        .select_from(prev.join(level, true()).join(got, true()))
+        .where(prev.c.found < bindparam("p_n", type_=Integer))
+    )
+    return walk.union_all(step)
+
+
+def _due_scan() -> Select[tuple[int, int, object]]:
+    """The first ``:n`` due rows in claim order, locked: one ordered scan of ``jobs_claim_ix``.
+
+    For PostgreSQL 18 and later, whose B-tree skip scan makes this one scan
+    a loose index scan by itself: with ``queue =`` and ``run_at <=`` as index
+    conditions and ``priority`` between them unconstrained, the scan skips
+    from one priority value to the next (EXPLAIN shows ``Index Searches``),
+    so a level's not-yet-due rows are never read -- at one descent per
+    level, cheaper than the explicit walk and planned with one relation
+    less.  Before 18 the same scan reads every pending row that outranks
+    the due ones (``claim_walk``).
+    """
+    due = (
+        select(jobs.c.id, jobs.c.priority, jobs.c.run_at)
+        .where(
+            _this_queue(),
+            _unexpired(),
+            jobs.c.status == "pending",
+            jobs.c.run_at <= NOW,
             not_paused(),
         )
         .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
         .limit(bindparam("p_n", type_=Integer))
         .with_for_update(skip_locked=True)
-        .cte(name)
+        .cte("due")
+    )
+    return select(due)
+
+
+def _due_from_walk() -> Select[tuple[int, int, object]]:
+    """The rows ``_due_walk`` took, with their sort keys (looked up by id)."""
+    walk = _due_walk()
+    return select(jobs.c.id, jobs.c.priority, jobs.c.run_at).where(
+        id_among(select(func.unnest(walk.c.ids)))
     )
 
 
-@cache
-def claim() -> Update:
-    """Claim up to ``:n`` jobs of ``:queue`` for ``:worker_id``; RETURNING the rows."""
-    due = _candidates(jobs.c.status == "pending", jobs.c.run_at <= NOW, name="due")
-    lapsed = _candidates(
-        jobs.c.status == "processing",
-        jobs.c.claim_deadline <= NOW,
-        jobs.c.attempts < jobs.c.max_attempts,
-        name="lapsed",
-    )
-    both = union_all(select(due), select(lapsed)).subquery("both")
+def _claim(due: Select[tuple[int, int, object]]) -> Update:
+    lapsed_rows = _lapsed_rows()
+    both = union_all(due, select(_reclaimable_of(lapsed_rows))).subquery("both")
     picked = (
         select(both.c.id)
         .order_by(both.c.priority.desc(), both.c.run_at, both.c.id)
@@ -128,5 +346,21 @@ def claim() -> Update:
             claim_deadline=NOW + jobs.c.visibility_timeout,
         )
         .returning(*jobs.c)
-        .add_cte(bury_lapsed_exhausted(unless_paused=True))
+        .add_cte(_bury_exhausted_of(lapsed_rows))
     )
+
+
+@cache
+def claim() -> Update:
+    """Claim up to ``:n`` jobs of ``:queue`` for ``:worker_id``; RETURNING the rows.
+
+    For PostgreSQL 18 and later (``_due_scan``); ``claim_walk`` is the same
+    claim for earlier versions.
+    """
+    return _claim(_due_scan())
+
+
+@cache
+def claim_walk() -> Update:
+    """``claim`` with the due rows found by ``_due_walk``: flat before PostgreSQL 18 too."""
+    return _claim(_due_from_walk())
