@@ -31,6 +31,7 @@ __all__ = [
     "install",
     "installed",
     "notify",
+    "queue_time",
     "uninstall",
 ]
 
@@ -90,6 +91,19 @@ def uninstall(observer: Observer) -> None:
 
 def installed() -> tuple[Observer, ...]:
     return _installed
+
+
+def queue_time(job: Job) -> float | None:
+    """Seconds from ``job.run_at`` to its claim, on the database's clock (B3, B4).
+
+    A claim sets ``claim_deadline = now + visibility_timeout``, so the claim
+    time is read back from the claimed row; None for a row not claimed.
+    """
+    deadline = job.claim_deadline
+    if deadline is None:
+        return None
+    waited = (deadline - job.run_at).total_seconds() - job.visibility_timeout
+    return waited if waited > 0.0 else 0.0
 
 
 def notify(hook: Callable[[], object], what: str) -> None:

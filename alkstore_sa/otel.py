@@ -36,7 +36,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from sqlalchemy import Connection
 
 from . import _instrument
-from ._instrument import Carrier, Outcome, Send
+from ._instrument import Carrier, Outcome, Send, queue_time
 from ._job import Job
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
@@ -284,10 +284,9 @@ class _OtelObserver(_instrument.Observer):
         record = self.queue_time.record
         attrs = self.attrs(queue).base
         for job in jobs:
-            if job.claim_deadline is not None:
-                # claimed at = claim_deadline - visibility_timeout (the database's clock)
-                waited = (job.claim_deadline - job.run_at).total_seconds() - job.visibility_timeout
-                record(waited if waited > 0.0 else 0.0, attrs)
+            waited = queue_time(job)
+            if waited is not None:
+                record(waited, attrs)
 
     def handler_scope(self, job: Job) -> _ProcessScope | None:
         if not job.trace_context and not self.recording():

@@ -37,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     ) from exc
 
 from . import _instrument
-from ._instrument import Observer, Outcome
+from ._instrument import Observer, Outcome, queue_time
 from ._job import Job, QueueStats
 from .aio import AsyncStore
 from .store import Store
@@ -332,10 +332,9 @@ class WorkerMetrics(Observer):
         m.claimed.inc(len(jobs))
         observe = m.queue_time.observe
         for job in jobs:
-            deadline = job.claim_deadline
-            if deadline is not None:
-                waited = (deadline - job.run_at).total_seconds() - job.visibility_timeout
-                observe(waited if waited > 0.0 else 0.0)
+            waited = queue_time(job)
+            if waited is not None:
+                observe(waited)
 
     def finished(self, queue: str, job: Job, outcome: Outcome, duration: float | None) -> None:
         m = self._of(queue)
