@@ -269,9 +269,11 @@ def test_q9_the_claims_reads_do_not_grow_with_future_rows_that_outrank_the_due_o
     after = _explain(engine, stmt, "flat")
     assert after["Plan"]["Actual Rows"] == 10
     # 30,000 more index entries ahead of the due rows are ~150 leaf pages: a
-    # scan that read them would show it; one that skips them differs by a
-    # descent or so (the index grew a level at most).
-    assert _blocks(after) - before < 25, (before, after["Plan"])
+    # scan that read them would show it.  One that skips them differs by a
+    # descent or so -- or, PostgreSQL 18's skip scan deciding step by step,
+    # by the few leaf pages it reads before skipping (35 seen on a busy CI
+    # run, 0-20 usually): under half the pages is the line.
+    assert _blocks(after) - before < 75, (before, after["Plan"])
 
 
 @pytest.mark.parametrize("form", ["chosen", "walk"])
