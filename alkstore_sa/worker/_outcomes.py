@@ -47,6 +47,15 @@ def _deliberate(exc: BaseException | None) -> bool:
     return isinstance(exc, RetryJob | FailJob)
 
 
+def _ending(exc: BaseException | None, timed_out: bool) -> str:
+    """How an attempt that did not succeed ended, in the words of a log record."""
+    if timed_out:
+        return "timed out"
+    if isinstance(exc, RetryJob):
+        return "asked to be retried"
+    return f"raised {type(exc).__name__}"
+
+
 def _extra(job: Job, queue: str, outcome: Outcome) -> dict[str, Any]:
     return {
         "alkstore_queue": queue,
@@ -96,17 +105,11 @@ class Reporter:
         timed_out: bool = False,
     ) -> None:
         job = slot.job
-        if timed_out:
-            why = "timed out"
-        elif isinstance(exc, RetryJob):
-            why = "asked to be retried"
-        else:
-            why = f"raised {type(exc).__name__}"
         log.warning(
             "job %d on %s %s (attempt %d/%d); retrying in %gs: %s",
             job.id,
             qs.name,
-            why,
+            _ending(exc, timed_out),
             job.attempts,
             job.max_attempts,
             delay,
@@ -129,14 +132,7 @@ class Reporter:
         if isinstance(exc, FailJob):
             why = "failed by its handler" + ("" if error is None else f": {error}")
         else:
-            cause = (
-                "timed out"
-                if timed_out
-                else "asked to be retried"
-                if isinstance(exc, RetryJob)
-                else f"raised {type(exc).__name__}"
-            )
-            why = f"max attempts exceeded; its last attempt {cause}: {error}"
+            why = f"max attempts exceeded; its last attempt {_ending(exc, timed_out)}: {error}"
         log.error(
             "job %d on %s dead-lettered after attempt %d/%d: %s",
             job.id,
