@@ -65,6 +65,13 @@ jobs = Table(
     Column("errors", JSONB),
     # B3: the enqueuer's propagated trace context (W3C carrier); NULL when untraced.
     Column("trace_context", JSONB),
+    # H1: a lower bound on claim_deadline, set by the claim and lowered (never
+    # raised) by a heartbeat that shortens the claim.  The lapse index keys on
+    # this instead of claim_deadline, so a heartbeat that extends a claim
+    # changes no indexed column and can be a HOT update (no index entries,
+    # no dead index tuples for the claim to step over).  Internal: not a
+    # Job field; the contract's deadline is claim_deadline.
+    Column("deadline_floor", _TZ),
     CheckConstraint("status IN ('pending', 'processing')", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
@@ -82,11 +89,15 @@ jobs = Table(
         "id",
         postgresql_where=text("status = 'pending'"),
     ),
+    # Migration 0007 also sets fillfactor = 70 on this table (room on each
+    # page for a heartbeat's HOT update, H1); not declared here, since
+    # Alembic does not compare storage parameters.
     # Lapsed claims: reclaimed or dead-lettered before each claim (Q12).
+    # Candidates by deadline_floor, each re-checked against claim_deadline.
     Index(
         "jobs_lapse_ix",
         "queue",
-        "claim_deadline",
+        "deadline_floor",
         postgresql_where=text("status = 'processing'"),
     ),
     # sweep_expired() finds past-expiry rows without a scan (Q25).

@@ -26,7 +26,8 @@ from ._progress import Bar
 RAW_CLAIM = """
 UPDATE alkstore.jobs AS j
    SET status = 'processing', attempts = j.attempts + 1, worker_id = %(w)s,
-       claim_deadline = statement_timestamp() + j.visibility_timeout
+       claim_deadline = statement_timestamp() + j.visibility_timeout,
+       deadline_floor = statement_timestamp() + j.visibility_timeout
   FROM (SELECT id FROM alkstore.jobs
          WHERE queue = %(q)s AND status = 'pending' AND run_at <= statement_timestamp()
          ORDER BY priority DESC, run_at, id

@@ -51,6 +51,12 @@ def grow(db: Database, live: int, dead: int) -> None:
             """,
             {"q": BIG, "p": PAYLOAD, "k": live},
         )
+        # A claim sets its lapse index key with its deadline (H1).
+        conn.execute(
+            "UPDATE alkstore.jobs SET deadline_floor = claim_deadline"
+            " WHERE queue = %(q)s AND status = 'processing'",
+            {"q": BIG},
+        )
         fill_dead(conn, BIG, dead, first_id=2_000_000_000_001)
     store = Store(create_engine(db.sa_url(), pool_size=1, max_overflow=0))
     small = store.queue(SMALL)

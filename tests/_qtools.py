@@ -54,10 +54,16 @@ def db_now(engine: Engine) -> datetime:
 
 
 def lapse(engine: Engine, *job_ids: int, ago: float = 1.0) -> None:
-    """Make these claims' deadlines pass, as if ``ago`` seconds had gone by since."""
+    """Make these claims' deadlines pass, as if ``ago`` seconds had gone by since.
+
+    The lapse index's ``deadline_floor`` is never above the deadline (H1), so
+    time passing moves it along.
+    """
     sql(
         engine,
-        "UPDATE alkstore.jobs SET claim_deadline = clock_timestamp() - :ago WHERE id = ANY(:ids)",
+        "UPDATE alkstore.jobs SET claim_deadline = clock_timestamp() - :ago,"
+        " deadline_floor = least(deadline_floor, clock_timestamp() - :ago)"
+        " WHERE id = ANY(:ids)",
         ago=timedelta(seconds=ago),
         ids=list(job_ids),
     )

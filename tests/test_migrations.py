@@ -277,6 +277,33 @@ def test_m1_b2_upgrade_starts_each_history_with_the_last_error(blank_database: U
         eng.dispose()
 
 
+def test_h1_upgrade_gives_claims_in_flight_a_floor_so_their_lapse_is_seen(
+    blank_database: URL,
+) -> None:
+    """0007 backfills deadline_floor from claim_deadline: a claim that was in
+    flight at the upgrade and then lapsed is reclaimed (Q11), not stranded."""
+    cfg = alembic_config(url=blank_database)
+    command.upgrade(cfg, "alkstore_0003")
+    with connect(blank_database) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts,"
+                " visibility_timeout, status, attempts, worker_id, claim_deadline) VALUES"
+                " ('m', '\\x01', now(), 5, interval '30 s', 'processing', 1, 'gone',"
+                " now() - interval '1 s')"
+            )
+        )
+        conn.commit()
+    command.upgrade(cfg, "head")
+    eng = create_engine(blank_database)
+    try:
+        with Store(eng) as store:
+            handle = store.queue("m").claim_one("w2")
+            assert handle is not None and handle.job.attempts == 2
+    finally:
+        eng.dispose()
+
+
 # --- M2 ----------------------------------------------------------------------
 
 

@@ -128,10 +128,11 @@ def big_neighbour(engine: Engine) -> None:
     sql(
         engine,
         "INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts, visibility_timeout,"
-        " status, worker_id, claim_deadline)"
+        " status, worker_id, claim_deadline, deadline_floor)"
         " SELECT 'big', '\\x00', statement_timestamp(), 5, interval '30 s',"
         " CASE WHEN g % 5 = 0 THEN 'processing' ELSE 'pending' END,"
         " CASE WHEN g % 5 = 0 THEN 'w' END,"
+        " CASE WHEN g % 5 = 0 THEN statement_timestamp() + interval '30 s' END,"
         " CASE WHEN g % 5 = 0 THEN statement_timestamp() + interval '30 s' END"
         " FROM generate_series(1, 50000) AS g",
     )

@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONPATH
 
-from .._job import ERROR_HISTORY_LIMIT
+from .._job import ERROR_HISTORY_LIMIT, LIVE_COLUMNS
 from ..schema import dead_jobs, jobs
 
 # Deadlines and due times are judged against the statement's own start time
@@ -37,6 +37,31 @@ NOW: ColumnElement[object] = func.statement_timestamp(type_=DateTime(timezone=Tr
 MAX_ATTEMPTS_ERROR = "max attempts exceeded"
 _SET_ON_DEATH = ("last_error", "died_at", "errors")
 DEAD_COPY_COLUMNS = [c.name for c in dead_jobs.c if c.name not in _SET_ON_DEATH]
+# The live table's columns a caller reads, in LIVE_COLUMNS order: jobs.* less
+# the internal deadline_floor (H1).
+LIVE = [jobs.c[name] for name in LIVE_COLUMNS]
+
+
+def lapsed() -> tuple[ColumnElement[bool], ColumnElement[bool]]:
+    """A processing row whose claim lapsed, in a form ``jobs_lapse_ix`` serves.
+
+    ``deadline_floor`` (indexed, never above ``claim_deadline``) finds the
+    candidates; ``claim_deadline`` (not indexed, moved by heartbeats) decides.
+    """
+    return jobs.c.deadline_floor <= NOW, jobs.c.claim_deadline <= NOW
+
+
+def extend_claim(deadline: ColumnElement[Any]) -> dict[str, ColumnElement[Any]]:
+    """A heartbeat's SET: the new deadline; the floor only ever comes down.
+
+    An extension leaves ``deadline_floor`` as it was (the same value: PostgreSQL
+    can then make the update HOT); a shortened claim lowers it, so the
+    lapse index still finds the row the moment its deadline passes.
+    """
+    return {
+        "claim_deadline": deadline,
+        "deadline_floor": func.least(jobs.c.deadline_floor, deadline),
+    }
 
 
 def claim_is_held() -> ColumnElement[bool]:
@@ -130,8 +155,8 @@ def move_to_dead(
 
 
 def live_row_columns() -> list[ColumnElement[Any]]:
-    """A live row as callers read it: ``jobs.*`` then a NULL ``died_at`` (``Job.from_live``)."""
-    return [*jobs.c, null().cast(DateTime(timezone=True)).label("died_at")]
+    """A live row as callers read it: ``LIVE`` then a NULL ``died_at`` (``Job.from_live``)."""
+    return [*LIVE, null().cast(DateTime(timezone=True)).label("died_at")]
 
 
 def dead_row_columns() -> list[ColumnElement[Any]]:
@@ -141,7 +166,7 @@ def dead_row_columns() -> list[ColumnElement[Any]]:
             literal("dead", type_=Text).label("status")
             if col.name == "status"
             else dead_jobs.c[col.name]
-            for col in jobs.c
+            for col in LIVE
         ),
         dead_jobs.c.died_at,
     ]

@@ -15,8 +15,8 @@ Shape (Q8-Q12, O4)::
                     re-checked, ORDER BY priority DESC, run_at, id, SKIP LOCKED),
       picked    AS (the first :n of due UNION ALL lapsed, same order)
     UPDATE jobs SET status='processing', attempts=attempts+1, worker_id=:worker_id,
-                    claim_deadline=now+visibility_timeout
-    WHERE jobs.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING jobs.*
+                    claim_deadline=deadline_floor=now+visibility_timeout
+    WHERE jobs.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING (the live columns)
 
 Both row sources (lapsed_rows and the due rows) also require ``NOT EXISTS
 (the queue in paused_queues)``: a one-time filter PostgreSQL evaluates once
@@ -39,7 +39,12 @@ backlog shape" has the EXPLAIN figures and the designs rejected):
   recursive CTE (34 buffers, 0.1 ms).  The walk is not used on 18: it
   costs ~0.1 ms more planning per claim, on every claim.
 - rows held by live claims: not in ``jobs_claim_ix``, and past ``now`` in
-  ``jobs_lapse_ix``;
+  ``jobs_lapse_ix`` -- except claims that heartbeats kept alive past their
+  first deadline: the lapse index keys on ``deadline_floor``, which a
+  heartbeat does not raise (so that heartbeats are HOT updates, H1), and
+  each such claim is read once per claim statement and re-checked against
+  its ``claim_deadline``.  That is bounded by the jobs in flight, not by the
+  backlog;
 - the lapsed range of ``jobs_lapse_ix``: scanned once, shared by the burial
   and the reclaim (twice before), so the dead entries a long-open
   transaction keeps there are read once per claim.
@@ -79,7 +84,7 @@ from sqlalchemy import (
 )
 
 from ..schema import jobs, paused_queues
-from ._common import MAX_ATTEMPTS_ERROR, NOW, id_among, move_to_dead
+from ._common import LIVE, MAX_ATTEMPTS_ERROR, NOW, id_among, lapsed, move_to_dead
 
 __all__ = [
     "LAPSED_EXHAUSTED_ERROR",
@@ -125,7 +130,7 @@ def bury_lapsed_exhausted(name: str = "exhausted", *, unless_paused: bool = Fals
         .where(
             _this_queue(),
             jobs.c.status == "processing",
-            jobs.c.claim_deadline <= NOW,
+            *lapsed(),
             jobs.c.attempts >= jobs.c.max_attempts,
             *paused,
         )
@@ -159,7 +164,7 @@ def _lapsed_rows() -> CTE:
         .where(
             _this_queue(),
             jobs.c.status == "processing",
-            jobs.c.claim_deadline <= NOW,
+            *lapsed(),
             not_paused(),
         )
         .cte("lapsed_rows")
@@ -344,8 +349,9 @@ def _claim(due: Select[tuple[int, int, object]]) -> Update:
             attempts=jobs.c.attempts + 1,
             worker_id=bindparam("p_worker_id", type_=Text),
             claim_deadline=NOW + jobs.c.visibility_timeout,
+            deadline_floor=NOW + jobs.c.visibility_timeout,
         )
-        .returning(*jobs.c)
+        .returning(*LIVE)
         .add_cte(_bury_exhausted_of(lapsed_rows))
     )
 

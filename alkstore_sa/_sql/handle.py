@@ -32,6 +32,7 @@ from ._common import (
     NOW,
     claim_is_held,
     error_or,
+    extend_claim,
     id_among,
     move_to_dead,
     traceback_param,
@@ -74,7 +75,7 @@ def heartbeat() -> ReturningUpdate[tuple[int]]:
     return (
         update(jobs)
         .where(claim_is_held())
-        .values(claim_deadline=NOW + bindparam("p_extend", type_=Interval))
+        .values(extend_claim(NOW + bindparam("p_extend", type_=Interval)))
         .returning(jobs.c.id)
     )
 
@@ -174,7 +175,7 @@ def heartbeat_held() -> ReturningUpdate[tuple[int]]:
     return (
         update(jobs)
         .where(_lock_held_in_id_order(key_share=True))
-        .values(claim_deadline=NOW + jobs.c.visibility_timeout)
+        .values(extend_claim(NOW + jobs.c.visibility_timeout))
         .returning(jobs.c.id)
     )
 
