@@ -125,6 +125,15 @@ class QueueCore:
         """B5: raises ``SchemaMissingError`` unless the tables are there and up to date."""
         return partial(_ops.check_schema, address=self.address)
 
+    def vacuum_jobs(self, min_dead: int, live_fraction: float) -> Call[_ops.Vacuumed]:
+        """The worker's vacuum of this store's jobs table, when due (``_ops.vacuum_jobs``)."""
+        return partial(
+            _ops.vacuum_jobs,
+            address=self.address,
+            min_dead=min_dead,
+            live_fraction=live_fraction,
+        )
+
     def sweep_expired(self) -> Call[SweepResult]:
         retention = self.opts.dead_letter_retention
         return partial(

@@ -22,6 +22,7 @@ from ._sql import handle as handle_sql
 from ._sql import operations as operations_sql
 from ._sql import queue as queue_sql
 from ._sql import stats as stats_sql
+from ._sql import vacuum as vacuum_sql
 
 # What became of a claim given back at shutdown (Q27).
 Released = Literal["released", "dead"]
@@ -292,3 +293,37 @@ def store_stats(conn: Connection, *, address: StoreAddress) -> dict[str, QueueSt
     """O6: every queue's stats from one statement (one snapshot for all), by sorted name."""
     rows = fetch(conn, address, stats_sql.stats_all(), {}, custom_plan=True)
     return {row[0]: _stats(row[0], row[1:]) for row in sorted(rows, key=lambda r: r[0])}
+
+
+# The worker's vacuum (issue 14, L2): what one look at the jobs table did.
+Vacuumed = Literal["vacuumed", "not needed", "busy", "not permitted"]
+# An advisory-lock class of this package's own (the first key of the pair).
+VACUUM_LOCK_CLASS = 0x616C6B  # "alk"
+
+
+def vacuum_jobs(
+    conn: Connection, *, address: StoreAddress, min_dead: int, live_fraction: float
+) -> Vacuumed:
+    """VACUUM the jobs table if it holds ``min_dead + live_fraction * live`` dead versions.
+
+    Runs on an autocommit connection (VACUUM cannot run in a transaction).
+    One worker at a time per table (an advisory lock; the others answer
+    ``busy``); a role that may not vacuum it answers ``not permitted``.
+    """
+    table = vacuum_sql.jobs_table(conn.dialect, address.schema)
+    params = {"p_table": table, "p_lock_class": VACUUM_LOCK_CLASS}
+    row = conn.execute(vacuum_sql.churn(), params).first()
+    if row is None:
+        return "not needed"  # no statistics yet (a brand-new table)
+    dead, live, permitted = row
+    if not permitted:
+        return "not permitted"
+    if dead < min_dead + live_fraction * live:
+        return "not needed"
+    if not conn.execute(vacuum_sql.try_lock(), params).scalar():
+        return "busy"
+    try:
+        conn.execute(vacuum_sql.vacuum(table))
+    finally:
+        conn.execute(vacuum_sql.unlock(), params)
+    return "vacuumed"

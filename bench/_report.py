@@ -161,6 +161,29 @@ def targets(figs: Figures) -> list[Target]:
                 False,
             )
         )
+    l2 = f("L2", "alkstore")
+    if l2 is not None:
+        out.append(
+            Target(
+                "L2 jobs table dead tuples, median",
+                "<= 5,000 (sampled every 10 s at 500 jobs/s)",
+                l2.extra.get("dead_tup_median"),
+                5000.0,
+                False,
+                unit="",
+            )
+        )
+    h1 = f("H1", "alkstore")
+    if h1 is not None:
+        out.append(
+            Target(
+                "H1 heartbeat HOT share",
+                ">= 0.9 of heartbeat updates HOT (long jobs, Worker c=50)",
+                h1.extra.get("hot_share"),
+                0.9,
+                True,
+            )
+        )
     small = f("ST", "alkstore", "q.stats(), small queue")
     if small is not None:  # ST runs only when asked for (--only ST)
         out.append(
@@ -222,7 +245,8 @@ def table(figs: Figures, tgts: list[Target]) -> str:
         )
     lines += ["", f"{'target':<32} {'rule':<52} {'value':>9}  verdict", "-" * 100]
     for t in tgts:
-        value = "n/a" if t.value is None else f"{t.value:.2f}{'x' if t.unit == 'x' else ' ms'}"
+        suffix = {"x": "x", "ms": " ms"}.get(t.unit, "")
+        value = "n/a" if t.value is None else f"{t.value:.2f}{suffix}"
         verdict = {True: "met", False: "MISSED", None: "not measured"}[t.met]
         lines.append(f"{t.name:<32} {t.rule:<52} {value:>9}  {verdict}")
     refs = {k: v for k, v in references(figs).items() if v is not None}

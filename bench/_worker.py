@@ -23,7 +23,7 @@ from typing import Any
 from sqlalchemy import create_engine
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from alkstore_sa import AsyncStore, Job, Store
+from alkstore_sa import AsyncStore, Job, QueueOpts, Store
 from alkstore_sa.worker import AsyncWorker, Worker
 
 from ._cases import PAYLOAD, fill
@@ -293,3 +293,73 @@ def _pct(sorted_values: list[float], pct: float) -> float:
     """Nearest-rank percentile of an ascending list."""
     rank = max(1, min(len(sorted_values), round(pct / 100 * len(sorted_values) + 0.5)))
     return sorted_values[rank - 1]
+
+
+H1_CONCURRENCY = 50
+H1_VISIBILITY = 0.3  # seconds: a beat every 0.1 s (a third of it)
+H1_HANDLER = 0.5  # seconds each job runs: four or five beats per job
+
+
+def h1(db: Database, jobs: int, label: str) -> Figure:
+    """H1: the share of heartbeat updates PostgreSQL made HOT, in a drain of long jobs.
+
+    A Worker (concurrency 50) runs jobs that outlive their visibility timeout
+    several times over, so heartbeats keep them.  The jobs table's counters
+    are reset first and read once the worker's connections have closed (a
+    backend reports its counts on exit).  A claim changes ``status`` (a
+    column of the partial indexes' predicates) and is never HOT, so the
+    heartbeat updates are all updates but the claims, and the HOT share of
+    heartbeats is HOT updates / heartbeat updates.
+    """
+    engine = create_engine(db.sa_url(), pool_size=H1_CONCURRENCY + 4, max_overflow=4)
+    store = Store(engine)
+    q = store.queue("h1", QueueOpts(visibility_timeout=H1_VISIBILITY))
+    for start in range(0, jobs, 5_000):
+        q.enqueue_many([PAYLOAD] * min(5_000, jobs - start))
+    with db.connect() as conn:
+        conn.execute("SELECT pg_stat_reset_single_table_counters('alkstore.jobs'::regclass)")
+    bar = Bar(label, jobs)
+    counter = _Counter(jobs, bar)
+
+    def long_job(job: Job) -> None:
+        time.sleep(H1_HANDLER)
+        counter.hit()
+
+    worker = Worker(
+        {q: long_job}, concurrency=H1_CONCURRENCY, poll_interval=1.0, handle_signals=False
+    )
+    t0 = time.perf_counter()
+    thread = threading.Thread(target=worker.run, name="bench-h1-worker")
+    thread.start()
+    try:
+        if not counter.finished.wait(timeout=600):
+            raise RuntimeError(f"{label}: ran {counter.done} of {jobs} jobs in 600 s")
+        t1 = _wait_empty(db, "h1")
+    finally:
+        worker.stop()
+        thread.join(timeout=60)
+        engine.dispose()
+    bar.close(rate=jobs / (t1 - t0))
+    updates, hot = _settled_update_counts(db)
+    beats = updates - counter.done  # one claim per run (a lapse would add a run)
+    share = hot / beats if beats > 0 else 0.0
+    extra = {"heartbeat_updates": float(beats), "hot_updates": float(hot), "hot_share": share}
+    return Figure("H1", "alkstore", f"Worker c={H1_CONCURRENCY}, long jobs", jobs, t1 - t0, extra)
+
+
+def _settled_update_counts(db: Database) -> tuple[int, int]:
+    """(n_tup_upd, n_tup_hot_upd) of jobs once the counts stop moving (backends exit)."""
+    last: tuple[int, int] | None = None
+    with db.connect() as conn:
+        for _ in range(50):
+            time.sleep(0.1)
+            conn.execute("SELECT pg_stat_clear_snapshot()")
+            row = conn.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                " WHERE schemaname = 'alkstore' AND relname = 'jobs'"
+            ).fetchone()
+            now = (int(row[0]), int(row[1])) if row is not None else (0, 0)
+            if now == last and now[0] > 0:
+                return now
+            last = now
+    return last or (0, 0)

@@ -28,10 +28,10 @@ from importlib import metadata as md
 from pathlib import Path
 from typing import Any
 
-from . import _cases, _db, _drain, _otel, _pgq, _report, _stats, _worker
+from . import _cases, _db, _drain, _otel, _pgq, _report, _stats, _sustained, _worker
 from ._progress import say
 
-CASES = ("E1", "E2", "D1", "D2", "L1", "S1", "S2", "S3", "S4", "ST", "B4")
+CASES = ("E1", "E2", "D1", "D2", "L1", "L2", "S1", "S2", "S3", "S4", "H1", "ST", "B4")
 # Run without --only: ST's and S2-S4's rows take longer to make than they
 # measure; B4 (D2 with and without the Prometheus worker metrics,
 # interleaved) is an A/B.
@@ -54,6 +54,10 @@ class Sizes:
     s2_future: int = 1_000_000  # S2: not-yet-due rows outranking the drained jobs
     s3_expired: int = 100_000  # S3: expired, unswept rows outranking them
     s4_jobs: int = 200_000  # S4: jobs drained under an open transaction
+    h1_jobs: int = 2_000  # H1: long jobs (0.5 s each, 50 at a time) kept by heartbeats
+    l2_seconds: int = 600  # L2: the sustained run's length
+    l2_rate: int = 500  # L2: jobs offered per second
+    l2_sample: int = 10  # L2: seconds per sample
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -70,6 +74,8 @@ class Sizes:
             s2_future=200_000,
             s3_expired=20_000,
             s4_jobs=40_000,
+            h1_jobs=500,
+            l2_seconds=60,
         )
 
 
@@ -87,6 +93,10 @@ _SIZE_KNOBS = (
     "s2_future",
     "s3_expired",
     "s4_jobs",
+    "h1_jobs",
+    "l2_seconds",
+    "l2_rate",
+    "l2_sample",
 )
 
 
@@ -95,12 +105,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         help=f"comma-separated cases to run, e.g. E1,D1 (default: {','.join(DEFAULT_CASES)}; "
-        "S2, S3, S4, ST and B4 only when named)",
+        "L2, S2, S3, S4, H1, ST and B4 only when named)",
     )
     p.add_argument("--jobs", type=int, help="jobs per drain (D1, D2, S1; default 20,000)")
     p.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run in ~1 min")
     p.add_argument("--json", type=Path, help="write the figures and targets to this file")
     p.add_argument("--no-pgqueuer", action="store_true", help="skip the pgqueuer baselines")
+    p.add_argument("--plot", type=Path, help="L2: draw its samples into this PNG (matplotlib)")
     p.add_argument(
         "--otel",
         default="none",
@@ -208,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         if pgq:
             _pgq.install(db)
         meta = _meta(db)
-        steps = _plan(db, sizes, only, pgq is not None)
+        steps = _plan(db, sizes, only, pgq is not None, args.plot)
         if interleaved:
             steps = _otel.interleave(steps, modes, max(args.rounds, 1))
             meta["otel_modes"] = modes
@@ -236,7 +247,9 @@ def main(argv: list[str] | None = None) -> int:
 Step = Callable[[str], _report.Figure | list[_report.Figure]]
 
 
-def _plan(db: _db.Database, s: Sizes, only: set[str], pgq: bool) -> list[tuple[str, Step]]:
+def _plan(
+    db: _db.Database, s: Sizes, only: set[str], pgq: bool, plot: Path | None = None
+) -> list[tuple[str, Step]]:
     steps: list[tuple[str, Step]] = []
 
     def add(label: str, fn: Step) -> None:
@@ -321,6 +334,16 @@ def _plan(db: _db.Database, s: Sizes, only: set[str], pgq: bool) -> list[tuple[s
         add("S3 alkstore n=10", fresh(s3))
     if "S4" in only:
         add("S4 alkstore n=10", fresh(lambda lb: _s4(db, s, lb)))
+    if "L2" in only:
+
+        def l2(lb: str) -> _report.Figure:
+            fig, samples = _sustained.l2(db, s.l2_seconds, s.l2_rate, s.l2_sample, lb, plot)
+            print(_sustained.table(samples))
+            return fig
+
+        add("L2 alkstore sustained run", fresh(l2))
+    if "H1" in only:
+        add("H1 alkstore heartbeats", fresh(lambda lb: _worker.h1(db, s.h1_jobs, lb)))
     if "ST" in only:
         add("ST stats()", fresh(lambda lb: _stats.measure(db, s.st_live, s.st_dead, lb)))
     if "B4" in only:

@@ -24,7 +24,7 @@ from typing import Any
 
 from alkstore_sa import Job, QueueOpts, SchemaMissingError, SweepResult
 from alkstore_sa._core import HandleCore, QueueCore
-from alkstore_sa._ops import Released, Retried
+from alkstore_sa._ops import Released, Retried, Vacuumed
 from alkstore_sa.worker._handlers import awaited_in, inspect_handler
 from alkstore_sa.worker._port import ClaimKey, QueuePort
 from alkstore_sa.worker._state import QueueBinding, Settings
@@ -228,6 +228,9 @@ class FakePort:
     async def listen_conninfo(self, application_name: str) -> str:
         return ""
 
+    async def vacuum(self, min_dead: int, live_fraction: float) -> Vacuumed:
+        return "not needed"
+
     async def check_schema(self) -> None:
         if self.db.schema_missing:
             raise SchemaMissingError("no alkstore tables (fake)")
@@ -276,6 +279,7 @@ def settings(**overrides: Any) -> Settings:
         shutdown_timeout=30.0,
         job_timeout=None,
         sweep_interval=None,
+        vacuum_interval=None,
         handle_signals=False,
     )
     return Settings(**{**base, **overrides})

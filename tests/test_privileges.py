@@ -34,6 +34,7 @@ from alkstore_sa import (
     SweepResult,
     Worker,
 )
+from alkstore_sa.store import queue_parts, run_call
 
 from ._workers import KINDS, handler, start_worker, wait_for
 
@@ -232,3 +233,12 @@ def test_privileges_worker_runtime_under_the_app_role_claims_nothing(roles: Role
         running.join(timeout=10)
     job = roles.owner.queue("runtime").get_job(job_id)
     assert job is not None and job.status == "pending" and job.attempts == 0
+
+
+def test_privileges_worker_role_may_not_vacuum_and_is_told_so(roles: Roles) -> None:
+    """The worker's vacuum (issue 14) needs the table's owner: the least-privilege
+    worker role gets "not permitted" (the Worker then leaves it to autovacuum)."""
+    _, core = queue_parts(roles.worker.queue("vac"))
+    assert run_call(roles.worker, core.vacuum_jobs(0, 0.0)) == "not permitted"
+    _, core = queue_parts(roles.owner.queue("vac"))
+    assert run_call(roles.owner, core.vacuum_jobs(0, 0.0)) in ("vacuumed", "not needed")

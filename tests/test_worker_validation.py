@@ -73,6 +73,8 @@ def test_o7_worker_queues_and_sweep_interval_are_as_given(sq: Any, aq: Any) -> N
         ({"sweep_interval": 0}, ValueError),  # O7: None or > 0
         ({"sweep_interval": -5}, ValueError),
         ({"sweep_interval": "60"}, TypeError),
+        ({"vacuum_interval": 0}, ValueError),  # None or > 0
+        ({"vacuum_interval": "5"}, TypeError),
     ],
 )
 def test_worker_refuses_bad_settings(sq: Any, kwargs: dict[str, Any], error: type) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from .._core import HandleCore, QueueCore
 from .._job import Job, SweepResult
-from .._ops import Released, Retried
+from .._ops import Released, Retried, Vacuumed
 from ..aio import AsyncQueue, AsyncStore, queue_parts, run_call
 from ._handlers import HandlerSpec, awaited_in, called_in
 from ._listener import listen, listen_conninfo
@@ -85,6 +85,10 @@ class AsyncQueuePort:
 
     async def check_schema(self) -> None:
         await run_call(self._store, self._core.check_schema())
+
+    async def vacuum(self, min_dead: int, live_fraction: float) -> Vacuumed:
+        # No session: the store's autocommit path (VACUUM cannot run in a transaction).
+        return await run_call(self._store, self._core.vacuum_jobs(min_dead, live_fraction))
 
     async def listen_conninfo(self, application_name: str) -> str:
         call = functools.partial(listen_conninfo, application_name=application_name)

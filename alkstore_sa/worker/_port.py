@@ -23,7 +23,7 @@ from typing import Protocol
 
 from .._core import HandleCore
 from .._job import Job, SweepResult
-from .._ops import Released, Retried
+from .._ops import Released, Retried, Vacuumed
 
 __all__ = ["Backend", "ClaimKey", "QueuePort"]
 
@@ -79,6 +79,10 @@ class QueuePort(Protocol):
 
     async def check_schema(self) -> None:
         """Raise ``SchemaMissingError`` when this queue's tables are missing or outdated (B5)."""
+        ...
+
+    async def vacuum(self, min_dead: int, live_fraction: float) -> Vacuumed:
+        """VACUUM this queue's jobs table if it holds that many dead row versions."""
         ...
 
     async def listen_conninfo(self, application_name: str) -> str:

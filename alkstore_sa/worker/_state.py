@@ -35,6 +35,7 @@ class Settings:
     shutdown_timeout: float
     job_timeout: float | None
     sweep_interval: float | None  # None: this worker never sweeps (O7)
+    vacuum_interval: float | None  # None: this worker never vacuums the jobs table
     handle_signals: bool
 
 

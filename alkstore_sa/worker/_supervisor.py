@@ -124,6 +124,9 @@ class Supervisor:
         if self.settings.sweep_interval is not None:
             sweeps = Maintenance(run).run(self.settings.sweep_interval)
             background.append(loop.create_task(sweeps, name="alkstore-sweeps"))
+        if self.settings.vacuum_interval is not None:
+            vacuums = Maintenance(run).vacuum(self.settings.vacuum_interval)
+            background.append(loop.create_task(vacuums, name="alkstore-vacuum"))
         listeners = [
             loop.create_task(listening, name="alkstore-listener")
             for listening in self._listeners(run, backend)

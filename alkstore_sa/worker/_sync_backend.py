@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from .._core import Call, HandleCore, QueueCore
 from .._job import Job, SweepResult
-from .._ops import Released, Retried
+from .._ops import Released, Retried, Vacuumed
 from .._sa_internals import pool_capacity
 from ..store import Queue, Store, queue_parts, run_call
 from ._handlers import HandlerSpec, called_in, returned_awaitable
@@ -179,6 +179,11 @@ class SyncQueuePort:
 
     async def check_schema(self) -> None:
         await self._backend.run(self._store, self._core.check_schema())
+
+    async def vacuum(self, min_dead: int, live_fraction: float) -> Vacuumed:
+        # The shared lane's calls run on the store's autocommit path (VACUUM
+        # cannot run in a transaction).
+        return await self._backend.run(self._store, self._core.vacuum_jobs(min_dead, live_fraction))
 
     async def listen_conninfo(self, application_name: str) -> str:
         call = functools.partial(listen_conninfo, application_name=application_name)

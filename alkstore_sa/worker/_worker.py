@@ -31,6 +31,7 @@ DEFAULT_CONCURRENCY = 8
 DEFAULT_POLL_INTERVAL = 1.0
 DEFAULT_SHUTDOWN_TIMEOUT = 30.0
 DEFAULT_SWEEP_INTERVAL = 60.0
+DEFAULT_VACUUM_INTERVAL = 5.0
 
 Handler = Callable[..., Any]
 Q = TypeVar("Q", Queue, AsyncQueue)
@@ -48,6 +49,7 @@ def _settings(
     shutdown_timeout: object,
     job_timeout: object,
     sweep_interval: object,
+    vacuum_interval: object,
     handle_signals: bool,
 ) -> Settings:
     return Settings(
@@ -57,6 +59,7 @@ def _settings(
         shutdown_timeout=v.duration(shutdown_timeout, "shutdown_timeout", allow_zero=True),
         job_timeout=v.optional_duration(job_timeout, "job_timeout"),
         sweep_interval=v.optional_duration(sweep_interval, "sweep_interval"),
+        vacuum_interval=v.optional_duration(vacuum_interval, "vacuum_interval"),
         handle_signals=bool(handle_signals),
     )
 
@@ -150,7 +153,9 @@ class Worker(_Base):
     in-flight jobs at stop; ``job_timeout`` (None = no limit) seconds after
     which a running job is retried as failed; ``sweep_interval`` seconds
     between sweeps of each queue (expiry and dead-letter retention, O7; None:
-    never).
+    never); every ``vacuum_interval`` seconds it looks at its jobs table and
+    VACUUMs it once dead row versions pile up (when its role owns the table;
+    None: never, leave it to autovacuum).
     """
 
     def __init__(
@@ -162,6 +167,7 @@ class Worker(_Base):
         shutdown_timeout: float | timedelta = DEFAULT_SHUTDOWN_TIMEOUT,
         job_timeout: float | timedelta | None = None,
         sweep_interval: float | timedelta | None = DEFAULT_SWEEP_INTERVAL,
+        vacuum_interval: float | timedelta | None = DEFAULT_VACUUM_INTERVAL,
         worker_id: str | None = None,
         handle_signals: bool = True,
     ) -> None:
@@ -182,6 +188,7 @@ class Worker(_Base):
                 shutdown_timeout,
                 job_timeout,
                 sweep_interval,
+                vacuum_interval,
                 handle_signals,
             )
         )
@@ -221,6 +228,7 @@ class AsyncWorker(_Base):
         shutdown_timeout: float | timedelta = DEFAULT_SHUTDOWN_TIMEOUT,
         job_timeout: float | timedelta | None = None,
         sweep_interval: float | timedelta | None = DEFAULT_SWEEP_INTERVAL,
+        vacuum_interval: float | timedelta | None = DEFAULT_VACUUM_INTERVAL,
         worker_id: str | None = None,
         handle_signals: bool = True,
     ) -> None:
@@ -244,6 +252,7 @@ class AsyncWorker(_Base):
                 shutdown_timeout,
                 job_timeout,
                 sweep_interval,
+                vacuum_interval,
                 handle_signals,
             )
         )
