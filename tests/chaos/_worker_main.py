@@ -23,6 +23,12 @@ import sys
 # while it runs and restores it on return.
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
+import faulthandler
+
+# SIGUSR1 writes every thread's stack to the log: the harness sends it to a
+# worker that does not stop, so a hang says where it hangs.
+faulthandler.register(signal.SIGUSR1, all_threads=True)
+
 import asyncio
 import json
 import logging

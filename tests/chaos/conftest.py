@@ -114,9 +114,11 @@ class Proc:
         try:
             out, _ = self.popen.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
+            self.popen.send_signal(signal.SIGUSR1)  # its threads' stacks, into the log
+            time.sleep(1.0)
             self.popen.kill()
             self.popen.communicate()
-            tail = "\n".join(self.log_text().splitlines()[-40:])
+            tail = "\n".join(self.log_text().splitlines()[-120:])
             raise AssertionError(
                 f"worker {self.pid} did not stop within {timeout}s of SIGTERM; log tail:\n{tail}"
             ) from None
