@@ -389,3 +389,58 @@ def test_o7_a_failed_sweep_is_tried_again_next_interval_and_claims_go_on() -> No
         assert 5.0 in db.times("claim") and not db.rows
 
     _run(scenario())
+
+
+# -- D3: short handlers claim one batch ahead ----------------------------------------
+
+
+def test_d3_short_handlers_claim_one_batch_ahead_so_claims_overlap_them() -> None:
+    async def scenario() -> None:
+        db = FakeDB(asyncio.get_running_loop(), claim_latency=0.002)
+        for _ in range(40):
+            db.enqueue(notify=False)
+        sup = Supervisor(settings(concurrency=4, poll_interval=60.0))
+        await run_for(sup, [bind(db, sleeper(0.001))], FakeBackend(listen_after=0.0), stop_at=1.0)
+        sizes = [c.args[0] for c in db.calls if c.op == "claim"]
+        # The first claim fills the free slots; once handlers are known to be
+        # short, each claim also takes the next batch (4 running + 4 ahead).
+        assert sizes[0] == 4 and 8 in sizes
+        assert not db.rows  # every job ran and was acked
+
+    _run(scenario())
+
+
+def test_d3_long_handlers_never_claim_ahead() -> None:
+    async def scenario() -> None:
+        db = FakeDB(asyncio.get_running_loop())
+        for _ in range(12):
+            db.enqueue(notify=False)
+        sup = Supervisor(settings(concurrency=4, poll_interval=60.0))
+        await run_for(sup, [bind(db, sleeper(0.5))], FakeBackend(listen_after=0.0), stop_at=2.0)
+        assert [c.args[0] for c in db.calls if c.op == "claim"][:3] == [4, 4, 4]
+        assert not db.rows
+
+    _run(scenario())
+
+
+def test_d3_q27_jobs_claimed_ahead_go_back_at_stop_without_running() -> None:
+    async def scenario() -> None:
+        db = FakeDB(asyncio.get_running_loop())
+        for _ in range(200):
+            db.enqueue(notify=False)
+        ran: list[int] = []
+
+        async def handler(job: Job) -> None:
+            ran.append(job.id)
+            await asyncio.sleep(0.001)
+
+        sup = Supervisor(settings(concurrency=4, poll_interval=60.0, shutdown_timeout=5.0))
+        await run_for(sup, [bind(db, handler)], FakeBackend(listen_after=0.0), stop_at=0.02)
+        released = {c.args[0][0] for c in db.calls if c.op == "release"}
+        assert released  # some were waiting in ready when the stop came
+        assert released.isdisjoint(ran)  # ... and none of them ran
+        acked = {claim[0] for c in db.calls if c.op == "ack" for claim in c.args}
+        assert acked == set(ran)  # everything that ran was acked
+        assert not [r for r in db.rows.values() if r.job.status == "processing"]
+
+    _run(scenario())

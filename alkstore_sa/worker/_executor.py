@@ -55,12 +55,37 @@ class Executor:
         self._report = Reporter(run)
 
     def start(self, qs: QueueState, job: Job) -> None:
+        """Hold a claimed job: start its handler in a free slot, else queue it in ``ready``."""
+        slot = Slot(job, HandleCore(qs.binding.core, job))
+        qs.held[slot.key] = slot
+        self._heartbeats.track(slot)  # a job waiting in ready keeps its claim too
+        if qs.busy < self._run.settings.concurrency and not qs.ready:
+            self._launch(qs, slot)
+        else:
+            qs.ready.append(slot)
+
+    def _start_ready(self, qs: QueueState) -> None:
+        """Fill free slots from the jobs claimed ahead (never after a stop: those go back)."""
+        concurrency = self._run.settings.concurrency
+        while qs.ready and qs.busy < concurrency and not self._run.stopping.is_set():
+            slot = qs.ready.popleft()
+            if slot.lost:  # a heartbeat found its claim gone while it waited
+                qs.held.pop(slot.key, None)
+                self._report.lost(qs, slot, "before its handler started; not run")
+                continue
+            self._launch(qs, slot)
+
+    def _free(self, qs: QueueState, slot: Slot) -> None:
+        qs.free(slot, self._run.loop.time())
+        self._start_ready(qs)
+
+    def _launch(self, qs: QueueState, slot: Slot) -> None:
         """Take a concurrency slot, start the handler now, and watch it in a task."""
         loop = self._run.loop
-        slot = Slot(job, HandleCore(qs.binding.core, job), started_at=loop.time())
+        job = slot.job
+        slot.started = True
+        slot.started_at = loop.time()
         qs.busy += 1
-        qs.held[slot.key] = slot
-        self._heartbeats.track(slot)
         # The handler starts now, not on the task's first step: one loop pass sooner.
         try:
             fut = qs.port.start(slot.handle, self._scope(job))
@@ -123,7 +148,9 @@ class Executor:
         if not await self._wait(qs, slot):
             await self._timed_out(qs, slot)
             return
-        qs.free(slot, self._run.loop.time())
+        assert slot.ran_for is not None
+        qs.ran(slot.ran_for, self._run.settings.concurrency)
+        self._free(qs, slot)
         fut = slot.fut
         assert fut is not None
         try:
@@ -245,7 +272,7 @@ class Executor:
             consume_outcome(f)
             handles[0].cancel()
             run.stuck.discard(slot)
-            qs.free(slot, run.loop.time())
+            self._free(qs, slot)
 
         fut.add_done_callback(handler_returned)
 

@@ -56,14 +56,17 @@ class Producer:
         next_poll = loop.time() + poll_interval
         while not self._run.stopping.is_set():
             now = loop.time()
-            free = concurrency - qs.busy - qs.claiming
+            # Free slots, plus the batch a queue of short handlers claims ahead (D3).
+            free = concurrency + qs.ahead - qs.busy - qs.claiming - len(qs.ready)
             settle_at = next_poll
             if now < self._backoff_until:
                 settle_at = next_poll = self._backoff_until
             elif free > 0 and not qs.claiming and (qs.woken or qs.backlog):
                 settle_at = qs.free_since + qs.settle
                 prompt = qs.woken and not qs.backlog
-                if prompt or free == concurrency or now >= settle_at:
+                # Claimed ahead and that batch all started: the next one, now.
+                dry = qs.ahead > 0 and not qs.ready
+                if prompt or dry or free >= concurrency or now >= settle_at:
                     qs.woken = qs.backlog = False
                     qs.claiming = free
                     qs.free_since = math.inf

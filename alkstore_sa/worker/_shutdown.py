@@ -1,6 +1,7 @@
 """Shutdown: the grace for in-flight handlers, then their jobs given back (Q27).
 
-After a stop no new job is claimed.  Handlers still running get
+After a stop no new job is claimed, and jobs claimed ahead that have not
+started (D3) go back at once, like a release.  Handlers still running get
 ``shutdown_timeout`` seconds to finish and have their outcome recorded; a
 second stop ends the grace at once.  Past it, every job still running is
 released (back to pending, due now, the attempt not refunded) so another
@@ -32,6 +33,7 @@ async def drain(run: RunState, completer: Completer, limit: float = RELEASE_TIME
     """The grace, the releases, the last acks: everything after a stop."""
     loop = run.loop
     deadline = loop.time() + run.settings.shutdown_timeout
+    await _release_unstarted(run, limit)
     while not run.abandoning.is_set():
         left = deadline - loop.time()
         if left <= 0 or not any(slot.running for slot in run.held()):
@@ -70,6 +72,23 @@ async def abort(run: RunState, completer: Completer) -> None:
     if not task.done():
         task.cancel()
         log.warning("worker %s: releasing jobs at cancellation timed out", run.settings.worker_id)
+
+
+async def _release_unstarted(run: RunState, limit: float) -> None:
+    """Give back the jobs claimed ahead that never started: nothing of theirs runs."""
+    release: list[tuple[QueueState, Slot]] = []
+    for qs in run.queues:
+        while qs.ready:
+            slot = qs.ready.popleft()
+            slot.finishing = True
+            release.append((qs, slot))
+    if release:
+        try:
+            await asyncio.wait_for(
+                asyncio.gather(*(_release(qs, slot) for qs, slot in release)), limit
+            )
+        except TimeoutError:
+            log.warning("releasing %d unstarted job(s) at shutdown timed out", len(release))
 
 
 async def _release_running(run: RunState, limit: float) -> None:
@@ -116,7 +135,14 @@ async def _release(qs: QueueState, slot: Slot) -> None:
             "alkstore_attempt": job.attempts,
             "alkstore_max_attempts": job.max_attempts,
         }
-        if released == "released":
+        if released == "released" and not slot.started:
+            log.debug(
+                "job %d on %s: claimed ahead, not started at shutdown; released",
+                job.id,
+                qs.name,
+                extra=extra,
+            )
+        elif released == "released":
             log.warning(
                 "job %d on %s (attempt %d/%d): still running at shutdown; "
                 "released for other workers",
@@ -129,11 +155,12 @@ async def _release(qs: QueueState, slot: Slot) -> None:
         elif released == "dead":
             log.error(
                 "job %d on %s dead-lettered after attempt %d/%d: max attempts exceeded; "
-                "it was still running at shutdown",
+                "it was %s at shutdown",
                 job.id,
                 qs.name,
                 job.attempts,
                 job.max_attempts,
+                "still running" if slot.started else "claimed on its last attempt, not started",
                 extra=extra,
             )
     finally:

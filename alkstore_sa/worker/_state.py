@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -15,6 +16,7 @@ from ._handlers import HandlerSpec
 from ._port import ClaimKey, QueuePort
 
 __all__ = [
+    "AHEAD_MAX_RUN",
     "SETTLE_FIRST",
     "QueueBinding",
     "QueueState",
@@ -25,6 +27,10 @@ __all__ = [
 ]
 
 SETTLE_FIRST = 0.002  # a backlog's free slot waits about one claim round trip (seconds)
+# D3: a queue whose handlers take this long or less on average (seconds)
+# claims one batch ahead of its free slots, so a claim's round trip overlaps
+# the running handlers instead of following them.
+AHEAD_MAX_RUN = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +93,8 @@ class Slot:
     next_beat: float = 0.0  # loop time of its next heartbeat
     fut: asyncio.Future[object] | None = None
     task: asyncio.Task[None] | None = None
-    running: bool = True  # its handler has not returned yet
+    running: bool = True  # its handler has not returned yet (or not started)
+    started: bool = False  # its handler was started (False while it waits in ``ready``)
     freed: bool = False  # its concurrency slot was given back
     finishing: bool = False  # an outcome (ack/retry/fail/release) is under way
     lost: bool = False  # a heartbeat found the claim gone
@@ -110,6 +117,18 @@ class QueueState:
     free_since: float = math.inf  # loop time a slot first freed since the last claim
     settle: float = SETTLE_FIRST  # how long a backlog's free slot waits for company
     held: dict[ClaimKey, Slot] = field(default_factory=dict)
+    # Claimed ahead of a free slot, not started yet (held, heartbeated): at
+    # most ``ahead`` of them, started in claim order as slots free up.
+    ready: collections.deque[Slot] = field(default_factory=collections.deque)
+    ahead: int = 0  # how many jobs may be claimed beyond the free slots now
+    run_avg: float = math.inf  # a moving average of the handlers' run time (seconds)
+
+    def ran(self, seconds: float, concurrency: int) -> None:
+        """Count one handler's run time; claim ahead while handlers are short (D3)."""
+        self.run_avg = (
+            seconds if self.run_avg == math.inf else self.run_avg + (seconds - self.run_avg) / 8
+        )
+        self.ahead = concurrency if self.run_avg <= AHEAD_MAX_RUN else 0
 
     @property
     def name(self) -> str:
