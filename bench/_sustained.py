@@ -2,17 +2,19 @@
 
 One process: a producer thread enqueues ``rate`` jobs a second (a batch
 every 10 ms, on a schedule, so a slow enqueue is caught up rather than
-lowering the rate) and one ``Worker`` (concurrency 50) runs them; the
-handlers sleep 0-100 ms and the jobs' visibility timeout is 0.3 s, so the
-longer jobs are kept by heartbeats (a beat every 0.1 s).  Each sample
-window reports:
+lowering the rate) and one ``Worker`` (concurrency 64) runs them.  Most
+handlers sleep 0-50 ms; one job in fifty sleeps 1-3 s, past its 1 s
+visibility timeout, so heartbeats keep it (a beat every third of a
+second).  Each sample window reports:
 
 - claim latency p50/p99: the worker's claim calls (the port's ``claim``,
   timed around the call: the round trip and the statement);
 - end-to-end latency p50/p99: the enqueue call's start to the handler's
   first line (``time.time()`` carried in the payload);
-- ``n_dead_tup``, ``n_live_tup`` of ``alkstore.jobs`` (``pg_stat_user_tables``
-  at the end of the window) and the autovacuum runs so far.
+- ``n_dead_tup`` of ``alkstore.jobs`` (``pg_stat_user_tables``), read every
+  second: the window's median and maximum (a reading once per window
+  would fall at one phase of the vacuums' sawtooth), ``n_live_tup`` and
+  the vacuum and autovacuum runs so far.
 
 Trend: a least-squares slope of each latency over the run's second half
 (the first half warms up caches and autovacuum).  With matplotlib (the
@@ -40,9 +42,11 @@ from ._db import Database
 from ._progress import say
 from ._report import Figure
 
-CONCURRENCY = 50
-VISIBILITY = 0.3
-MAX_HANDLER = 0.1  # seconds; each job sleeps uniformly up to this
+CONCURRENCY = 64
+VISIBILITY = 1.0
+SHORT = (0.0, 0.05)  # seconds most handlers sleep (uniform)
+LONG = (1.0, 3.0)  # ... and one in LONG_EVERY, kept alive by heartbeats
+LONG_EVERY = 50
 TICK = 0.01  # the producer enqueues a batch every TICK seconds
 QUEUE = "l2"
 
@@ -54,8 +58,10 @@ class Sample:
     claim_p99_ms: float
     e2e_p50_ms: float
     e2e_p99_ms: float
-    dead_tup: int
+    dead_tup: int  # median of the window's readings
+    dead_tup_max: int
     live_tup: int
+    vacuums: int  # VACUUMs so far (the workers')
     autovacuums: int
     jobs: int  # handled in the window
 
@@ -103,14 +109,15 @@ def _timed_claims(window: _Window) -> Callable[[], None]:
     return undo
 
 
-def _table_stats(db: Database) -> tuple[int, int, int]:
+def _table_stats(db: Database) -> tuple[int, int, int, int]:
+    """(n_dead_tup, n_live_tup, vacuum_count, autovacuum_count) of the jobs table, now."""
     with db.connect() as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         row = conn.execute(
-            "SELECT n_dead_tup, n_live_tup, autovacuum_count FROM pg_stat_user_tables"
-            " WHERE schemaname = 'alkstore' AND relname = 'jobs'"
+            "SELECT n_dead_tup, n_live_tup, vacuum_count, autovacuum_count"
+            " FROM pg_stat_user_tables WHERE schemaname = 'alkstore' AND relname = 'jobs'"
         ).fetchone()
-    return (int(row[0]), int(row[1]), int(row[2])) if row is not None else (0, 0, 0)
+    return (int(row[0]), int(row[1]), int(row[2]), int(row[3])) if row else (0, 0, 0, 0)
 
 
 def l2(
@@ -156,12 +163,12 @@ def l2(
         while not stop.is_set():
             tick += 1
             due += per_tick
-            n = int(due) - enqueued[0]
+            due_n = int(due)
+            n = due_n - enqueued[0]
             if n > 0:
                 now = time.time()
-                q.enqueue_many(
-                    [struct.pack("dd", now, rng.uniform(0, MAX_HANDLER)) for _ in range(n)]
-                )
+                spans = (LONG if i % LONG_EVERY == 0 else SHORT for i in range(enqueued[0], due_n))
+                q.enqueue_many([struct.pack("dd", now, rng.uniform(*span)) for span in spans])
                 enqueued[0] += n
             wait = start + tick * TICK - time.perf_counter()
             if wait > 0:
@@ -177,9 +184,13 @@ def l2(
         next_sample = t0 + sample_every
         end = t0 + seconds
         while True:
-            time.sleep(max(0.0, next_sample - time.perf_counter()))
+            readings: list[int] = []
+            while (left := next_sample - time.perf_counter()) > 0:
+                time.sleep(min(1.0, left))
+                readings.append(_table_stats(db)[0])
             claims, e2e = window.take()
-            dead, live, vacuums = _table_stats(db)
+            dead, live, vacuums, autovacuums = _table_stats(db)
+            readings.append(dead)
             with window.lock:
                 jobs, handled[0] = handled[0], 0
             s = Sample(
@@ -188,16 +199,19 @@ def l2(
                 _pct(claims, 0.99),
                 _pct(e2e, 0.5),
                 _pct(e2e, 0.99),
-                dead,
+                int(statistics.median(readings)),
+                max(readings),
                 live,
                 vacuums,
+                autovacuums,
                 jobs,
             )
             samples.append(s)
             say(
                 f"{label}: t={s.t:6.1f}s jobs={s.jobs} claim p50/p99 {s.claim_p50_ms:.2f}/"
                 f"{s.claim_p99_ms:.2f} ms, e2e p50/p99 {s.e2e_p50_ms:.1f}/{s.e2e_p99_ms:.1f} ms, "
-                f"dead tuples {s.dead_tup}, autovacuums {s.autovacuums}"
+                f"dead tuples {s.dead_tup} (max {s.dead_tup_max}), vacuums {s.vacuums},"
+                f" autovacuums {s.autovacuums}"
             )
             next_sample += sample_every
             if next_sample > end + 1e-6:
@@ -219,7 +233,7 @@ def l2(
         "e2e_p50_ms": statistics.median(s.e2e_p50_ms for s in samples),
         "e2e_p99_ms": statistics.median(s.e2e_p99_ms for s in samples),
         "dead_tup_median": float(statistics.median(s.dead_tup for s in samples)),
-        "dead_tup_max": float(max(s.dead_tup for s in samples)),
+        "dead_tup_max": float(max(s.dead_tup_max for s in samples)),
         "claim_p50_slope_ms_per_min": _slope([(s.t, s.claim_p50_ms) for s in second_half]) * 60,
         "e2e_p50_slope_ms_per_min": _slope([(s.t, s.e2e_p50_ms) for s in second_half]) * 60,
     }
@@ -240,13 +254,16 @@ def _slope(points: list[tuple[float, float]]) -> float:
 
 
 def table(samples: list[Sample]) -> str:
-    head = "  t (s)  jobs  claim p50  claim p99  e2e p50  e2e p99  dead tup  live tup  autovac"
+    head = (
+        "  t (s)  jobs  claim p50  claim p99  e2e p50  e2e p99  dead tup (max)  live tup"
+        "  vacuums  autovac"
+    )
     rows = [head]
     for s in samples:
         rows.append(
             f"{s.t:7.0f} {s.jobs:5d} {s.claim_p50_ms:8.2f}ms {s.claim_p99_ms:8.2f}ms"
-            f" {s.e2e_p50_ms:6.1f}ms {s.e2e_p99_ms:6.1f}ms {s.dead_tup:9d} {s.live_tup:9d}"
-            f" {s.autovacuums:8d}"
+            f" {s.e2e_p50_ms:6.1f}ms {s.e2e_p99_ms:6.1f}ms {s.dead_tup:8d} ({s.dead_tup_max:6d})"
+            f" {s.live_tup:9d} {s.vacuums:8d} {s.autovacuums:8d}"
         )
     return "\n".join(rows)
 
@@ -270,7 +287,8 @@ def _plot(samples: list[Sample], path: Path, title: str) -> None:
     lat.set_yscale("log")
     lat.legend(loc="upper left", fontsize=8)
     lat.set_title(title)
-    dead.plot(t, [s.dead_tup for s in samples], label="n_dead_tup (jobs)", color="tab:red")
+    dead.plot(t, [s.dead_tup for s in samples], label="n_dead_tup, median", color="tab:red")
+    dead.plot(t, [s.dead_tup_max for s in samples], label="n_dead_tup, max", color="tab:orange")
     dead.set_ylabel("dead tuples")
     dead.set_xlabel("seconds")
     dead.legend(loc="upper left", fontsize=8)

@@ -103,6 +103,7 @@ def d2(
     *,
     prometheus: bool = False,
     case: str = "D2",
+    sleep: float = 0.0,
 ) -> Figure:
     """One sync ``Worker`` (concurrency 10 unless given), no-op handler.
 
@@ -117,8 +118,12 @@ def d2(
     def noop(job: Job) -> None:
         counter.hit()
 
+    def io_bound(job: Job) -> None:
+        time.sleep(sleep)
+        counter.hit()
+
     worker = Worker(
-        {store.queue("d2"): noop},
+        {store.queue("d2"): io_bound if sleep else noop},
         concurrency=concurrency,
         poll_interval=1.0,
         handle_signals=False,
@@ -139,6 +144,9 @@ def d2(
             engine.dispose()
     bar.close(rate=jobs / (t1 - t0))
     cpu = {"cpu_us_per_job": (c1 - c0) / jobs * 1e6}  # this process: the worker's CPU
+    if case == "D3":
+        handler = f"sleep {sleep * 1000:g} ms" if sleep else "no-op"
+        return Figure("D3", "alkstore", f"Worker c={concurrency}, {handler}", jobs, t1 - t0, cpu)
     if case != "D2":
         system = "alkstore+prometheus" if prometheus else "alkstore"
         return Figure(case, system, f"Worker c={concurrency}", jobs, t1 - t0, cpu)

@@ -6,9 +6,12 @@ and 100; D2 drain by one ``Worker``; L1 wake latency; S1 = D1 with a big
 backlog of future jobs and dead rows; S2/S3 = D1 (n=10) under 1M
 not-yet-due / 100k expired unswept rows that outrank the drained jobs; S4 =
 D1 (n=10) of 200k jobs while another session holds a transaction (with an
-xid) open; ST ``stats()`` of a queue of 1M live and 100k dead rows and of a
-small queue beside it (S2-S4 and ST only when named: their setup takes a
-while).  Baselines in the same run: raw psycopg
+xid) open; H1 the share of heartbeats that are HOT updates (long jobs);
+L2 a sustained run at a fixed offered rate (10 minutes; latency and dead
+tuples every 10 s, ``--plot`` draws them); SO D1 (n=10) by 1, 2, 4 and 8
+processes; ST ``stats()`` of a queue of 1M live and 100k dead rows and of a
+small queue beside it (L2, S2-S4, H1, SO and ST only when named: they take
+a while).  Baselines in the same run: raw psycopg
 SQL and pgqueuer (the ``bench`` extra).  Prints a table of figures and
 ratios, and writes JSON with ``--json``.
 """
@@ -16,6 +19,7 @@ ratios, and writes JSON with ``--json``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import subprocess
@@ -31,10 +35,11 @@ from typing import Any
 from . import _cases, _db, _drain, _otel, _pgq, _report, _stats, _sustained, _worker
 from ._progress import say
 
-CASES = ("E1", "E2", "D1", "D2", "L1", "L2", "S1", "S2", "S3", "S4", "H1", "ST", "B4")
+CASES = ("E1", "E2", "D1", "D2", "D3", "L1", "L2", "S1", "S2", "S3", "S4", "H1", "SO", "ST", "B4")
 # Run without --only: ST's and S2-S4's rows take longer to make than they
 # measure; B4 (D2 with and without the Prometheus worker metrics,
 # interleaved) is an A/B.
+D3_CONCURRENCY = 32
 DEFAULT_CASES = ("E1", "E2", "D1", "D2", "L1", "S1")
 
 
@@ -105,7 +110,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         help=f"comma-separated cases to run, e.g. E1,D1 (default: {','.join(DEFAULT_CASES)}; "
-        "L2, S2, S3, S4, H1, ST and B4 only when named)",
+        "D3, L2, S2, S3, S4, H1, SO, ST and B4 only when named)",
     )
     p.add_argument("--jobs", type=int, help="jobs per drain (D1, D2, S1; default 20,000)")
     p.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run in ~1 min")
@@ -293,6 +298,18 @@ def _plan(
                     f"D2 pgqueuer {kind}",
                     fresh(lambda lb, k=kind: _pgq.drain(db, k, s.drain, 5, 10, lb)),
                 )
+    if "D3" in only:
+        # I/O-bound handlers (1 ms sleep) vs no-op, Worker c=32, alternated.
+        for r in range(2):
+            for sleep in (0.0, 0.001) if r % 2 == 0 else (0.001, 0.0):
+                add(
+                    f"D3 round {r + 1} {'sleep 1 ms' if sleep else 'no-op'}",
+                    fresh(
+                        lambda lb, sl=sleep: _worker.d2(
+                            db, s.drain, lb, D3_CONCURRENCY, case="D3", sleep=sl
+                        )
+                    ),
+                )
     if "L1" in only:
         add("L1 alkstore wake latency", fresh(lambda lb: _worker.l1(db, s.l1, lb)))
         add(
@@ -342,6 +359,11 @@ def _plan(
             return fig
 
         add("L2 alkstore sustained run", fresh(l2))
+    if "SO" in only:
+        # Scale-out: D1 (n=10) by 1, 2, 4 and 8 claiming processes on this machine.
+        for procs in (1, 2, 4, 8):
+            sized = dataclasses.replace(s, procs=procs)
+            add(f"SO alkstore {procs} procs", fresh(lambda lb, sized=sized: _so(db, sized, lb)))
     if "H1" in only:
         add("H1 alkstore heartbeats", fresh(lambda lb: _worker.h1(db, s.h1_jobs, lb)))
     if "ST" in only:
@@ -388,6 +410,23 @@ def _d1(db: _db.Database, s: Sizes, case: str, system: str, n: int, label: str) 
         raise RuntimeError(f"{label}: drained {result.jobs} of {s.drain}, {left} due jobs left")
     shape = f"n={n}, {s.procs} procs" + _SHAPES.get(case, "")
     return _report.Figure(case, system, shape, result.jobs, result.seconds)
+
+
+def _so(db: _db.Database, s: Sizes, label: str) -> _report.Figure:
+    """D1 (n=10) by ``s.procs`` processes, with the WAL it wrote per job (enqueues not counted)."""
+    _cases.fill(db, "so", s.drain)
+    _db.vacuum(db, "alkstore.jobs")
+    with db.connect() as conn:
+        start = conn.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+    dsn = db.sa_url().render_as_string(hide_password=False)
+    result = _drain.drain("alkstore", dsn, "so", 10, s.procs, s.drain, label)
+    with db.connect() as conn:
+        wal = conn.execute("SELECT pg_current_wal_lsn() - %s::pg_lsn", [start]).fetchone()[0]
+    if result.jobs != s.drain or _left(db, "so"):
+        raise RuntimeError(f"{label}: drained {result.jobs} of {s.drain}")
+    extra = {"wal_bytes_per_job": float(wal) / result.jobs}
+    shape = f"n=10, {s.procs} procs"
+    return _report.Figure("SO", "alkstore", shape, result.jobs, result.seconds, extra)
 
 
 def _s4(db: _db.Database, s: Sizes, label: str) -> _report.Figure:
