@@ -82,13 +82,7 @@ async def _release_unstarted(run: RunState, limit: float) -> None:
             slot = qs.ready.popleft()
             slot.finishing = True
             release.append((qs, slot))
-    if release:
-        try:
-            await asyncio.wait_for(
-                asyncio.gather(*(_release(qs, slot) for qs, slot in release)), limit
-            )
-        except TimeoutError:
-            log.warning("releasing %d unstarted job(s) at shutdown timed out", len(release))
+    await _release_all(release, limit, "unstarted job(s)")
 
 
 async def _release_running(run: RunState, limit: float) -> None:
@@ -107,16 +101,20 @@ async def _release_running(run: RunState, limit: float) -> None:
                         handlers.append(slot.fut)
                     slot.fut.add_done_callback(consume_outcome)
                 release.append((qs, slot))
+    await _release_all(release, limit, "job(s)")
+    if handlers:
+        # Their cancellation runs (finally blocks included) before run() returns.
+        await asyncio.wait(handlers, timeout=limit)
+
+
+async def _release_all(release: list[tuple[QueueState, Slot]], limit: float, what: str) -> None:
     if release:
         try:
             await asyncio.wait_for(
                 asyncio.gather(*(_release(qs, slot) for qs, slot in release)), limit
             )
         except TimeoutError:
-            log.warning("releasing %d job(s) at shutdown timed out", len(release))
-    if handlers:
-        # Their cancellation runs (finally blocks included) before run() returns.
-        await asyncio.wait(handlers, timeout=limit)
+            log.warning("releasing %d %s at shutdown timed out", len(release), what)
 
 
 async def _release(qs: QueueState, slot: Slot) -> None:
