@@ -325,5 +325,16 @@ def vacuum_jobs(
     try:
         conn.execute(vacuum_sql.vacuum(table))
     finally:
-        conn.execute(vacuum_sql.unlock(), params)
+        _vacuum_unlock(conn, params)
     return "vacuumed"
+
+
+def _vacuum_unlock(conn: Connection, params: dict[str, Any]) -> None:
+    """Release the vacuum's lock; a connection that cannot is dropped, which ends
+    its session and so the lock (it must not go back to the pool holding it)."""
+    if conn.invalidated:  # e.g. the VACUUM was cancelled: the session is gone
+        return
+    try:
+        conn.execute(vacuum_sql.unlock(), params)
+    except Exception:
+        conn.invalidate()

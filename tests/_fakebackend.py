@@ -63,6 +63,9 @@ class FakeDB:
     expired: set[int] = field(default_factory=set)  # ids whose expires_at has passed
     paused: bool = False  # O4: claims get nothing
     schema_missing: bool = False  # B5: check_schema raises SchemaMissingError
+    # A vacuum that never ends and, cancelled, raises another error (as an
+    # async driver cleaning up a cancelled statement can).
+    vacuum_hangs: bool = False
 
     def now(self) -> float:
         return self.loop.time()
@@ -229,6 +232,14 @@ class FakePort:
         return ""
 
     async def vacuum(self, min_dead: int, live_fraction: float) -> Vacuumed:
+        self.db.log("vacuum")
+        if self.db.vacuum_hangs:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                raise RuntimeError(
+                    "Can't reconnect until invalid transaction is rolled back"
+                ) from None
         return "not needed"
 
     async def check_schema(self) -> None:

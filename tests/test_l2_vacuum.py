@@ -148,3 +148,17 @@ def test_l2_worker_vacuums_its_jobs_table_unless_told_not_to(
                 thread.join(10)
     vacuumed = [r for r in caplog.records if r.getMessage() == "vacuumed alkstore.jobs"]
     assert bool(vacuumed) is (interval is not None)
+
+
+async def test_l2_vacuum_through_the_async_store(engine: Engine, async_engine: Any) -> None:
+    """The AsyncWorker's path: the async store's autocommit connection."""
+    from alkstore_sa import AsyncStore
+    from alkstore_sa.aio import queue_parts as async_parts
+    from alkstore_sa.aio import run_call as async_run_call
+
+    _churn(engine, 500)
+    before = _vacuums(engine)
+    store = AsyncStore(async_engine)
+    _, core = async_parts(store.queue("churn"))
+    assert await async_run_call(store, core.vacuum_jobs(500, 0.0)) == "vacuumed"
+    assert _vacuums(engine) == before + 1

@@ -444,3 +444,17 @@ def test_d3_q27_jobs_claimed_ahead_go_back_at_stop_without_running() -> None:
         assert not [r for r in db.rows.values() if r.job.status == "processing"]
 
     _run(scenario())
+
+
+def test_run_returns_when_a_cancelled_part_hides_its_cancellation_in_another_error() -> None:
+    """A shutdown cancels the run's parts; an async database call cancelled half way
+    may end in another error.  The part must still end (it did not: the vacuum loop
+    logged the error and went on, and run() waited for it forever)."""
+
+    async def scenario() -> None:
+        db = FakeDB(asyncio.get_running_loop(), vacuum_hangs=True)
+        sup = Supervisor(settings(vacuum_interval=0.5))
+        returned = await run_for(sup, [bind(db, sleeper(0.0))], FakeBackend(), stop_at=1.0)
+        assert returned < 2.0 and db.times("vacuum")[0] == 0.0
+
+    _run(scenario())

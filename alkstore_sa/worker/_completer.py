@@ -15,7 +15,7 @@ import asyncio
 import logging
 
 from ._port import ClaimKey
-from ._state import QueueState
+from ._state import QueueState, reraise_if_cancelled
 
 __all__ = ["Completer"]
 
@@ -69,6 +69,7 @@ class Completer:
             try:
                 acked = set(await qs.port.ack([claim for claim, _ in items]))
             except Exception as exc:
+                reraise_if_cancelled(exc)
                 log.warning(
                     "acking %d job(s) of %s failed: %s; will retry", len(items), qs.name, exc
                 )

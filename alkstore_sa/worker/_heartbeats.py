@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 
-from ._state import QueueState, RunState, Slot
+from ._state import QueueState, RunState, Slot, reraise_if_cancelled
 
 __all__ = ["BEAT_FRACTION", "BEAT_RETRY", "Heartbeats"]
 
@@ -64,6 +64,7 @@ class Heartbeats:
         try:
             extended = set(await qs.port.heartbeat([s.key for s in due]))
         except Exception as exc:
+            reraise_if_cancelled(exc)
             failures = self._run.db_failed()
             log.warning(
                 "heartbeat on %s failed (%d database errors in a row): %s; retrying",

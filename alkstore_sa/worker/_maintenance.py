@@ -25,7 +25,7 @@ import asyncio
 import logging
 from collections.abc import Hashable
 
-from ._state import QueueState, RunState
+from ._state import QueueState, RunState, reraise_if_cancelled
 
 __all__ = ["VACUUM_LIVE_FRACTION", "VACUUM_MIN_DEAD", "Maintenance"]
 
@@ -72,6 +72,7 @@ class Maintenance:
         try:
             outcome = await qs.port.vacuum(VACUUM_MIN_DEAD, VACUUM_LIVE_FRACTION)
         except Exception as exc:
+            reraise_if_cancelled(exc)
             self._run.db_failed()
             log.warning("vacuum of %s.jobs failed: %s; trying again next interval", schema, exc)
             return True
@@ -91,6 +92,7 @@ class Maintenance:
         try:
             result = await qs.port.sweep()
         except Exception as exc:
+            reraise_if_cancelled(exc)
             self._run.db_failed()
             log.warning("sweep of %s failed: %s; trying again next interval", qs.name, exc)
             return

@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 
 from .._instrument import notify
 from ._executor import Executor
-from ._state import QueueState, RunState
+from ._state import QueueState, RunState, reraise_if_cancelled
 
 __all__ = ["BACKOFF_CAP", "SETTLE_CAP", "Producer"]
 
@@ -92,6 +92,7 @@ class Producer:
             took = min(loop.time() - started, SETTLE_CAP)
             qs.settle += (took - qs.settle) / 4  # a moving average of the claim's round trip
         except Exception as exc:
+            reraise_if_cancelled(exc)
             self._failed(exc)
             jobs = []
         else:

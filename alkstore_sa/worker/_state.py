@@ -24,6 +24,7 @@ __all__ = [
     "Settings",
     "Slot",
     "WorkerHealth",
+    "reraise_if_cancelled",
 ]
 
 SETTLE_FIRST = 0.002  # a backlog's free slot waits about one claim round trip (seconds)
@@ -31,6 +32,21 @@ SETTLE_FIRST = 0.002  # a backlog's free slot waits about one claim round trip (
 # claims one batch ahead of its free slots, so a claim's round trip overlaps
 # the running handlers instead of following them.
 AHEAD_MAX_RUN = 0.02
+
+
+def reraise_if_cancelled(exc: Exception) -> None:
+    """Raise a cancellation of the current task that ``exc`` stands in for.
+
+    An async database call cancelled half way (a shutdown cancelling a
+    part of the run) can end in another error raised while SQLAlchemy
+    cleans up (e.g. ``Can't reconnect until invalid transaction is rolled
+    back``).  A part that logged it and carried on would never end, and
+    ``run()`` would wait for it forever: every part's ``except Exception``
+    calls this first.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError() from exc
 
 
 @dataclass(frozen=True, slots=True)
