@@ -62,9 +62,15 @@ class QueueCore:
     ) -> Call[list[int]]:
         if opts is not None and not isinstance(opts, EnqueueOpts):
             raise TypeError(f"opts must be EnqueueOpts, got {type(opts).__name__}")
-        stamps = self._plain_stamps if opts is None else resolve_stamps(self.opts, opts)
-        if keys is None and opts is not None and opts.unique_key is not None:
-            keys = [opts.unique_key] * len(data)  # U1: the one key applies to every payload
+        if opts is None:
+            stamps = self._plain_stamps
+        elif opts.unique_key is None:
+            stamps = resolve_stamps(self.opts, opts)
+        else:
+            # U1: the one key applies to every payload; a key alone changes no stamp.
+            stamps = self._plain_stamps if _key_only(opts) else resolve_stamps(self.opts, opts)
+            if keys is None:
+                keys = [opts.unique_key] * len(data)
         if keys is not None and all(key is None for key in keys):
             keys = None  # no key at all: the plain statement, as it always was
         observers = installed()
@@ -202,6 +208,17 @@ class QueueCore:
 
     def stats(self) -> Call[QueueStats]:
         return partial(_ops.stats, address=self.address)
+
+
+def _key_only(opts: EnqueueOpts) -> bool:
+    """``opts`` sets a unique key and nothing else: the queue's plain stamps apply."""
+    return (
+        opts.priority is None
+        and opts.delay is None
+        and opts.run_at is None
+        and opts.expires_in is None
+        and opts.max_attempts is None
+    )
 
 
 def _keys_for(data: list[bytes], opts: EnqueueOpts | None, unique_keys: object) -> list[str | None]:

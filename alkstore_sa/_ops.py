@@ -101,7 +101,10 @@ def enqueue_keyed(
     for i, key in enumerate(keys):
         if key is not None and key not in first:
             first[key] = i
-    sending = [i for i, key in enumerate(keys) if key is None or first[key] == i]
+    if len(first) == len(keys):  # every payload keyed, no repeat (one enqueue())
+        sending = list(range(len(keys)))
+    else:
+        sending = [i for i, key in enumerate(keys) if key is None or first[key] == i]
     params: dict[str, Any] = {
         "p_queue": address.queue,
         "p_priority": stamps.priority,
