@@ -16,12 +16,13 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from sqlalchemy import URL, Engine
+from sqlalchemy import URL, Engine, create_engine, event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.asyncio import AsyncSession as AsyncOrmSession
 from sqlalchemy.orm import Session
 
-from alkstore_sa import AsyncStore, EnqueueOpts, QueueOpts, Store, otel
+from alkstore_sa import AlkstoreError, AsyncStore, EnqueueOpts, QueueOpts, Store, otel
+from alkstore_sa._ops import KEYED_ROUNDS
 from alkstore_sa._validate import MAX_UNIQUE_KEY_BYTES
 
 from . import test_b3_otel as b3
@@ -519,3 +520,76 @@ def test_u1_b3_traced_keyed_enqueue_stores_the_context(tel: b3.Otel, store: Stor
         carrier = b3._stored_context(store, job_id)
         assert carrier and "traceparent" in carrier
     assert len(tel.finished("send u1")) == 2  # one producer span per call, as ever
+
+
+# -- the look-up's corner: the live job ends between the insert and the look-up ----------
+
+
+def _around_keyed_inserts(
+    engine: Engine, before: Callable[[], None] | None, after: Callable[[], None]
+) -> Callable[[], None]:
+    """Run ``before``/``after`` (on other connections) around each keyed insert; returns undo."""
+
+    def pre(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if "ON CONFLICT" in statement and before is not None:
+            before()
+
+    def post(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        if "ON CONFLICT" in statement:
+            after()
+
+    event.listen(engine, "before_cursor_execute", pre)
+    event.listen(engine, "after_cursor_execute", post)
+
+    def undo() -> None:
+        event.remove(engine, "before_cursor_execute", pre)
+        event.remove(engine, "after_cursor_execute", post)
+
+    return undo
+
+
+def test_u1_a_key_whose_job_ends_before_the_look_up_is_inserted_again(
+    store: Store, engine: Engine
+) -> None:
+    q = store.queue("u1")
+    old = q.enqueue(b"old", _keyed("k"))
+    other = create_engine(engine.url)
+    ended: list[int] = []
+
+    def end_the_live_job() -> None:  # as an ack on another connection would
+        if not ended:
+            ended.append(old)
+            with other.begin() as conn:
+                conn.execute(text("DELETE FROM alkstore.jobs WHERE id = :id"), {"id": old})
+
+    undo = _around_keyed_inserts(engine, None, end_the_live_job)
+    try:
+        new = q.enqueue(b"new", _keyed("k"))
+    finally:
+        undo()
+        other.dispose()
+    assert ended == [old] and new != old
+    assert [(r["id"], r["payload"]) for r in _live(engine, "u1")] == [(new, b"new")]
+
+
+def test_u1_gives_up_after_rounds_of_keys_that_keep_ending(store: Store, engine: Engine) -> None:
+    q = store.queue("u1")
+    other = create_engine(engine.url)
+    made: list[int] = []
+
+    def make_one() -> None:  # a job of the key, committed just before each insert ...
+        with other.begin() as conn:
+            made.append(q.enqueue(b"racer", _keyed("k"), session=conn))
+
+    def end_it() -> None:  # ... and gone just after it
+        with other.begin() as conn:
+            conn.execute(text("DELETE FROM alkstore.jobs WHERE id = :id"), {"id": made[-1]})
+
+    undo = _around_keyed_inserts(engine, make_one, end_it)
+    try:
+        with pytest.raises(AlkstoreError, match="kept finishing"):
+            q.enqueue(b"mine", _keyed("k"))
+    finally:
+        undo()
+        other.dispose()
+    assert len(made) == KEYED_ROUNDS and _live(engine, "u1") == []
