@@ -43,26 +43,51 @@ class QueueCore:
         # The stamps of an enqueue without EnqueueOpts: the same every time.
         self._plain_stamps = resolve_stamps(self.opts, None)
 
-    def enqueue_many(self, payloads: Iterable[object], opts: EnqueueOpts | None) -> Call[list[int]]:
+    def enqueue_many(
+        self, payloads: Iterable[object], opts: EnqueueOpts | None, unique_keys: object = None
+    ) -> Call[list[int]]:
         if isinstance(payloads, bytes | bytearray | memoryview | str):
             raise TypeError("enqueue_many takes an iterable of payloads, not a single payload")
-        return self._enqueue([v.payload(p) for p in payloads], opts)
+        data = [v.payload(p) for p in payloads]
+        if unique_keys is None:
+            return self._enqueue(data, opts)
+        return self._enqueue(data, opts, _keys_for(data, opts, unique_keys))
 
     def enqueue(self, payload: object, opts: EnqueueOpts | None) -> Call[int]:
         many = self._enqueue([v.payload(payload)], opts)
         return lambda conn: many(conn)[0]
 
-    def _enqueue(self, data: list[bytes], opts: EnqueueOpts | None) -> Call[list[int]]:
+    def _enqueue(
+        self, data: list[bytes], opts: EnqueueOpts | None, keys: list[str | None] | None = None
+    ) -> Call[list[int]]:
         if opts is not None and not isinstance(opts, EnqueueOpts):
             raise TypeError(f"opts must be EnqueueOpts, got {type(opts).__name__}")
-        stamps = self._plain_stamps if opts is None else resolve_stamps(self.opts, opts)
+        if opts is None:
+            stamps = self._plain_stamps
+        elif opts.unique_key is None:
+            stamps = resolve_stamps(self.opts, opts)
+        else:
+            # U1: the one key applies to every payload; a key alone changes no stamp.
+            stamps = self._plain_stamps if _key_only(opts) else resolve_stamps(self.opts, opts)
+            if keys is None:
+                keys = [opts.unique_key] * len(data)
+        if keys is not None and all(key is None for key in keys):
+            keys = None  # no key at all: the plain statement, as it always was
         observers = installed()
         if observers and data:
-            return self._observed(observers, data, stamps)
+            return self._observed(observers, data, stamps, keys)
+        if keys is not None:
+            return partial(
+                _ops.enqueue_keyed, address=self.address, payloads=data, keys=keys, stamps=stamps
+            )
         return partial(_ops.enqueue, address=self.address, payloads=data, stamps=stamps)
 
     def _observed(
-        self, observers: tuple[Observer, ...], data: list[bytes], stamps: Stamps
+        self,
+        observers: tuple[Observer, ...],
+        data: list[bytes],
+        stamps: Stamps,
+        keys: list[str | None] | None,
     ) -> Call[list[int]]:
         """The enqueue call wrapped by each installed observer (B3), the first innermost.
 
@@ -74,6 +99,15 @@ class QueueCore:
         address = self.address
 
         def insert(conn: Connection, carrier: Carrier) -> list[int]:
+            if keys is not None:
+                return _ops.enqueue_keyed(
+                    conn,
+                    address=address,
+                    payloads=data,
+                    keys=keys,
+                    stamps=stamps,
+                    trace_context=carrier or None,
+                )
             return _ops.enqueue(
                 conn, address=address, payloads=data, stamps=stamps, trace_context=carrier or None
             )
@@ -183,6 +217,37 @@ class QueueCore:
 
     def stats(self) -> Call[QueueStats]:
         return partial(_ops.stats, address=self.address)
+
+
+def _key_only(opts: EnqueueOpts) -> bool:
+    """``opts`` sets a unique key and nothing else: the queue's plain stamps apply."""
+    return (
+        opts.priority is None
+        and opts.delay is None
+        and opts.run_at is None
+        and opts.expires_in is None
+        and opts.max_attempts is None
+    )
+
+
+def _keys_for(data: list[bytes], opts: EnqueueOpts | None, unique_keys: object) -> list[str | None]:
+    """U1: ``enqueue_many``'s ``unique_keys``, one per payload (None for none), validated."""
+    if opts is not None and isinstance(opts, EnqueueOpts) and opts.unique_key is not None:
+        raise ValueError(
+            "give either opts.unique_key (one key for every payload) or unique_keys "
+            "(one per payload), not both"
+        )
+    if isinstance(unique_keys, str | bytes | bytearray | memoryview) or not isinstance(
+        unique_keys, Iterable
+    ):
+        raise TypeError(
+            "unique_keys must be an iterable of str or None, one per payload, "
+            f"got {type(unique_keys).__name__}"
+        )
+    keys = [None if key is None else v.unique_key(key, "unique key") for key in unique_keys]
+    if len(keys) != len(data):
+        raise ValueError(f"unique_keys has {len(keys)} entries for {len(data)} payloads")
+    return keys
 
 
 # O1 and O2 bound what one call reads or moves.

@@ -40,6 +40,7 @@ LIVE_COLUMNS = (
     "last_error",
     "errors",
     "trace_context",
+    "unique_key",
 )
 
 # B2: how many of a job's errors it keeps (the newest).
@@ -101,6 +102,8 @@ class Job:
     errors: tuple[JobError, ...] = ()
     # B3: the enqueuer's trace context (a W3C propagation carrier), None when untraced.
     trace_context: dict[str, str] | None = field(default=None, repr=False)
+    # U1: the key the job was enqueued with (kept by a dead letter), None without one.
+    unique_key: str | None = None
 
     @classmethod
     def from_live(cls, row: Sequence[Any], died_at: datetime | None = None) -> Job:
@@ -126,6 +129,7 @@ class Job:
             last_error,
             errors,
             trace_context,
+            unique_key,
         ) = row
         return cls(
             id_,
@@ -145,6 +149,7 @@ class Job:
             died_at,
             () if errors is None else _errors(errors),
             trace_context,
+            unique_key,
         )
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection, Update
 
+from ._errors import AlkstoreError
 from ._execute import fetch
 from ._job import Job, JobStatus, QueueStats, SweepResult
 from ._sql import claim as claim_sql
@@ -68,6 +69,104 @@ def enqueue(
         return [row[0] for row in fetch(conn, address, enqueue_sql.enqueue_one(), params)]
     params["p_payloads"] = payloads
     return [row[0] for row in fetch(conn, address, enqueue_sql.enqueue(), params)]
+
+
+# U1: how many times a keyed enqueue inserts again a key whose live job
+# finished between the insert that met it and the look-up for it.  Each
+# round needs another job of that key to be made and finish inside that
+# window, so a second round is rare and a fifth never happens in practice.
+KEYED_ROUNDS = 5
+
+
+def enqueue_keyed(
+    conn: Connection,
+    *,
+    address: QueueAddress,
+    payloads: list[bytes],
+    keys: list[str | None],
+    stamps: Stamps,
+    trace_context: dict[str, str] | None = None,
+) -> list[int]:
+    """U1: insert ``payloads`` with ``keys`` (parallel; None for no key), skipping live keys.
+
+    Repeats of a key collapse to their first payload; a key that is live
+    (pending or processing) keeps its job, whose id is returned in its
+    place.  The database decides which key is live: the insert goes
+    ``ON CONFLICT DO NOTHING`` against the partial unique index, and only
+    the keys it skipped are then looked up -- in a statement of its own, so
+    a job another transaction committed while the insert waited for it is
+    seen.  A key whose job finished between the two is free again: it is
+    inserted in another round.  Ids come back in input order.
+    """
+    first: dict[str, int] = {}  # each key's first position
+    for i, key in enumerate(keys):
+        if key is not None and key not in first:
+            first[key] = i
+    if len(first) == len(keys):  # every payload keyed, no repeat (one enqueue())
+        sending = list(range(len(keys)))
+    else:
+        sending = [i for i, key in enumerate(keys) if key is None or first[key] == i]
+    params: dict[str, Any] = {
+        "p_queue": address.queue,
+        "p_priority": stamps.priority,
+        "p_run_at": stamps.run_at,
+        "p_delay": stamps.delay,
+        "p_max_attempts": stamps.max_attempts,
+        "p_visibility_timeout": stamps.visibility_timeout,
+        "p_expires_in": stamps.expires_in,
+        "p_channel": address.channel,
+    }
+    if trace_context:
+        params["p_trace_context"] = trace_context
+    keyed: dict[str, int] = {}
+    keyless: list[int] = []  # the keyless payloads' ids, in input order (ids ascend with it)
+    for _ in range(KEYED_ROUNDS):
+        for id_, key in _insert_keyed(conn, address, params, payloads, keys, sending):
+            if key is None:
+                keyless.append(id_)
+            else:
+                keyed[key] = id_
+        skipped = [k for i in sending if (k := keys[i]) is not None and k not in keyed]
+        if not skipped:
+            break
+        found = {"p_queue": address.queue, "p_unique_keys": skipped}
+        for key, id_ in fetch(conn, address, enqueue_sql.live_keys(), found):
+            keyed[key] = id_
+        # Keyless payloads never collide: they all went in with the first round.
+        sending = [first[key] for key in skipped if key not in keyed]
+        if not sending:
+            break
+    else:
+        raise AlkstoreError(
+            f"queue {address.queue!r}: the jobs of unique key(s) "
+            f"{sorted(k for k in first if k not in keyed)!r} kept finishing while "
+            f"they were enqueued ({KEYED_ROUNDS} rounds); try again"
+        )
+    rest = iter(keyless)
+    return [next(rest) if key is None else keyed[key] for key in keys]
+
+
+def _insert_keyed(
+    conn: Connection,
+    address: QueueAddress,
+    params: dict[str, Any],
+    payloads: list[bytes],
+    keys: list[str | None],
+    sending: list[int],
+) -> list[Any]:
+    traced = "p_trace_context" in params
+    if len(sending) == 1:
+        [i] = sending
+        one = {**params, "p_payload": payloads[i], "p_unique_key": keys[i]}
+        stmt = enqueue_sql.enqueue_one_keyed_traced() if traced else enqueue_sql.enqueue_one_keyed()
+        return fetch(conn, address, stmt, one)
+    many = {
+        **params,
+        "p_payloads": [payloads[i] for i in sending],
+        "p_unique_keys": [keys[i] for i in sending],
+    }
+    stmt = enqueue_sql.enqueue_keyed_traced() if traced else enqueue_sql.enqueue_keyed()
+    return fetch(conn, address, stmt, many)
 
 
 def claim(conn: Connection, *, address: QueueAddress, worker_id: str, n: int) -> list[Job]:

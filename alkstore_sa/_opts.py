@@ -59,6 +59,7 @@ class EnqueueOpts:
     run_at: datetime | None = None
     expires_in: float | int | timedelta | None = None
     max_attempts: int | None = None
+    unique_key: str | None = None
 
     def __post_init__(self) -> None:
         if self.priority is not None:
@@ -70,6 +71,8 @@ class EnqueueOpts:
         _set(self, "expires_in", v.optional_duration(self.expires_in, "expires_in"))
         if self.max_attempts is not None:
             v.integer(self.max_attempts, "max_attempts", minimum=1)
+        if self.unique_key is not None:
+            v.unique_key(self.unique_key)
 
 
 def _set(obj: object, field: str, value: object) -> None:

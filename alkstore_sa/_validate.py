@@ -27,6 +27,12 @@ _SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
 _LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 
+# U1: the longest unique key, in UTF-8 bytes.  Far below PostgreSQL's limit
+# on a B-tree entry (about 2.7 kB, which the key shares with the queue name),
+# so a valid key can never fail in the index; long enough for any natural
+# key or a hex digest of a longer one.
+MAX_UNIQUE_KEY_BYTES = 1024
+
 Duration = float | int | timedelta
 
 
@@ -138,6 +144,28 @@ def error_text(value: object, what: str = "error") -> str | None:
         raise TypeError(f"{what} must be a str or None, got {type(value).__name__}")
     if "\x00" in value:
         raise ValueError(f"{what} must not contain NUL characters (PostgreSQL text cannot)")
+    return value
+
+
+def unique_key(value: object, what: str = "unique_key") -> str:
+    """U1: a non-empty ``str`` of at most MAX_UNIQUE_KEY_BYTES (UTF-8), no NUL.
+
+    A whitespace-only key counts as empty: it is almost always a value that
+    went missing (``f"{order.ref}"`` of a blank field), and two unrelated
+    jobs sharing it would silently collapse into one.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, got {type(value).__name__}")
+    if not value or value.isspace():
+        raise ValueError(f"{what} must not be empty or whitespace only")
+    if "\x00" in value:
+        raise ValueError(f"{what} must not contain NUL characters (PostgreSQL text cannot)")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"{what} is not valid Unicode (a lone surrogate)") from None
+    if size > MAX_UNIQUE_KEY_BYTES:
+        raise ValueError(f"{what} is longer than {MAX_UNIQUE_KEY_BYTES} bytes (UTF-8): {size}")
     return value
 
 

@@ -131,9 +131,11 @@ class AsyncQueue(QueueFace[AsyncStore]):
         opts: EnqueueOpts | None = None,
         *,
         session: AsyncSessionLike | None = None,
+        unique_keys: Iterable[str | None] | None = None,
     ) -> list[int]:
+        """Ids in input order; ``unique_keys``: one key per payload, None for none (U1)."""
         self._life.check_open()
-        return await self._store._run(self._core.enqueue_many(payloads, opts), session)
+        return await self._store._run(self._core.enqueue_many(payloads, opts, unique_keys), session)
 
     async def claim_one(self, worker_id: str) -> AsyncJobHandle | None:
         handles = await self.claim_batch(worker_id, 1)

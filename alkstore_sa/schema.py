@@ -65,6 +65,8 @@ jobs = Table(
     Column("errors", JSONB),
     # B3: the enqueuer's propagated trace context (W3C carrier); NULL when untraced.
     Column("trace_context", JSONB),
+    # U1: the job's unique key; NULL for a job without one.
+    Column("unique_key", Text),
     # H1: a lower bound on claim_deadline, set by the claim and lowered (never
     # raised) by a heartbeat that shortens the claim.  The lapse index keys on
     # this instead of claim_deadline, so a heartbeat that extends a claim
@@ -107,6 +109,16 @@ jobs = Table(
         "expires_at",
         postgresql_where=text("expires_at IS NOT NULL"),
     ),
+    # U1: at most one live job per queue and key.  Keyed enqueues insert
+    # ON CONFLICT against it (the database decides, never a read first),
+    # and look a live key's job up through it.
+    Index(
+        "jobs_queue_unique_key_ix",
+        "queue",
+        "unique_key",
+        unique=True,
+        postgresql_where=text("unique_key IS NOT NULL"),
+    ),
 )
 
 dead_jobs = Table(
@@ -129,6 +141,9 @@ dead_jobs = Table(
     # Added by 0003 after died_at (the physical order); same meaning as in jobs.
     Column("errors", JSONB),
     Column("trace_context", JSONB),
+    # Added by 0004: the key the job had while it lived (U1), kept so a
+    # requeue restores it.  Not unique here: dead letters hold no key.
+    Column("unique_key", Text),
     # Retention purges walk this (Q25).
     Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
 )

@@ -115,9 +115,11 @@ class Queue(QueueFace[Store]):
         opts: EnqueueOpts | None = None,
         *,
         session: SyncSession | None = None,
+        unique_keys: Iterable[str | None] | None = None,
     ) -> list[int]:
+        """Ids in input order; ``unique_keys``: one key per payload, None for none (U1)."""
         self._life.check_open()
-        return self._store._run(self._core.enqueue_many(payloads, opts), session)
+        return self._store._run(self._core.enqueue_many(payloads, opts, unique_keys), session)
 
     def claim_one(self, worker_id: str) -> JobHandle | None:
         handles = self.claim_batch(worker_id, 1)

@@ -1,4 +1,4 @@
-"""E1/E2 and the S1-S4 backlogs, for alkstore_sa and the raw psycopg baseline.
+"""E1/E2 (and E1U/E2U, with unique keys) and the S1-S4 backlogs, for alkstore_sa and raw psycopg.
 
 Every case starts on empty tables (``reset``) and warms its statements
 before the clock starts, so each side is timed at its steady state.
@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import create_engine
 
-from alkstore_sa import Store
+from alkstore_sa import EnqueueOpts, Store
 
 from ._db import Database
 from ._progress import Bar
@@ -125,6 +125,57 @@ def e2_raw(db: Database, batches: int, size: int, label: str) -> Figure:
         seconds = time.perf_counter() - t0
         bar.close(rate=bar.done / seconds)
     return Figure("E2", "raw-psycopg", f"multi-row insert x {size:,}", batches * size, seconds)
+
+
+def e1u_alkstore(db: Database, jobs: int, label: str) -> list[Figure]:
+    """E1 with a unique key per job (U1): every key new, then every key live again.
+
+    The first loop is the keyed insert (one statement, as E1's); the second
+    enqueues the same keys while their jobs are still live, so each call
+    writes nothing and gets the live job's id (the insert, then a look-up).
+    """
+    store = _store(db)
+    q = store.queue("e1u")
+    warm = store.queue("bench-warmup")
+    for i in range(20):
+        warm.enqueue(PAYLOAD, EnqueueOpts(unique_key=f"w{i}"))
+        warm.enqueue(PAYLOAD, EnqueueOpts(unique_key=f"w{i}"))
+    opts = [EnqueueOpts(unique_key=f"e1u-{i}") for i in range(jobs)]  # built off the clock
+    figs = []
+    for shape in ("1 job per transaction, new key", "key live: its id back, 0 rows"):
+        bar = Bar(f"{label} ({shape.split(',')[0]})", jobs)
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        for o in opts:
+            q.enqueue(PAYLOAD, o)
+            bar.advance()
+        seconds = time.perf_counter() - t0
+        cpu = _cpu_us_per_job(c0, jobs)
+        bar.close(rate=bar.done / seconds)
+        figs.append(Figure("E1U", "alkstore", shape, jobs, seconds, cpu))
+    store.engine.dispose()
+    return figs
+
+
+def e2u_alkstore(db: Database, batches: int, size: int, label: str) -> Figure:
+    """E2 with a unique key per payload (``enqueue_many(..., unique_keys=...)``), all new."""
+    store = _store(db)
+    q = store.queue("e2u")
+    batch = [PAYLOAD] * size
+    for r in range(3):
+        store.queue("bench-warmup").enqueue_many(
+            batch, unique_keys=[f"w{r}-{i}" for i in range(size)]
+        )
+    keys = [[f"e2u-{b}-{i}" for i in range(size)] for b in range(batches)]
+    bar = Bar(label, batches * size)
+    t0 = time.perf_counter()
+    for ks in keys:
+        q.enqueue_many(batch, unique_keys=ks)
+        bar.advance(size)
+    seconds = time.perf_counter() - t0
+    bar.close(rate=bar.done / seconds)
+    store.engine.dispose()
+    return Figure("E2U", "alkstore", f"enqueue_many x {size:,}, new keys", batches * size, seconds)
 
 
 def fill(db: Database, queue: str, jobs: int) -> None:

@@ -234,6 +234,17 @@ def references(figs: Figures) -> dict[str, float | None]:
             figs.find("D2", "alkstore-c50"), figs.find("D2", "pgqueuer-asyncpg")
         ),
     }
+    # U1: what a unique key costs an enqueue, against the same run's E1/E2 and raw.
+    f = figs.find
+    for name, a, b in (
+        ("E1U new key vs E1", f("E1U", "alkstore", "1 job"), f("E1", "alkstore")),
+        ("E1U new key vs raw insert+notify", f("E1U", "alkstore", "1 job"), f("E1", "raw-psycopg")),
+        ("E1U key live (id back) vs E1", f("E1U", "alkstore", "key live"), f("E1", "alkstore")),
+        ("E2U vs E2", f("E2U", "alkstore"), f("E2", "alkstore")),
+        ("E2U vs raw multi-row insert", f("E2U", "alkstore"), f("E2", "raw-psycopg")),
+    ):
+        if a is not None:
+            refs[name] = _ratio(a, b)
     for shape in ("Worker c=10", "AsyncWorker c=10"):
         for cpu, what in ((False, "rate"), (True, "CPU/job")):
             ratios = b4_ratios(figs, shape, cpu)

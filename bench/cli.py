@@ -1,17 +1,19 @@
 """``python -m bench``: the whole suite in one run against one PostgreSQL.
 
 Cases: E1 enqueue one job per transaction; E2 ``enqueue_many`` x
-1,000; D1 drain by 4 processes with claim_batch(n) + ack_batch at n = 10
-and 100; D2 drain by one ``Worker``; L1 wake latency; S1 = D1 with a big
-backlog of future jobs and dead rows; S2/S3 = D1 (n=10) under 1M
-not-yet-due / 100k expired unswept rows that outrank the drained jobs; S4 =
-D1 (n=10) of 200k jobs while another session holds a transaction (with an
-xid) open; H1 the share of heartbeats that are HOT updates (long jobs);
-L2 a sustained run at a fixed offered rate (10 minutes; latency and dead
-tuples every 10 s, ``--plot`` draws them); SO D1 (n=10) by 1, 2, 4 and 8
-processes; ST ``stats()`` of a queue of 1M live and 100k dead rows and of a
-small queue beside it (L2, S2-S4, H1, SO and ST only when named: they take
-a while).  Baselines in the same run: raw psycopg
+1,000; E1U/E2U the same with a unique key per job (U1); D1 drain by 4
+processes with claim_batch(n) + ack_batch at n = 10 and 100; D2 drain by
+one ``Worker``; D3 the same with 1 ms handlers vs no-op (concurrency 32);
+L1 wake latency; S1 = D1 with a big backlog of future jobs and dead rows;
+S2/S3 = D1 (n=10) under 1M not-yet-due / 100k expired unswept rows that
+outrank the drained jobs; S4 = D1 (n=10) of 200k jobs while another
+session holds a transaction (with an xid) open; H1 the share of heartbeats
+that are HOT updates (long jobs); L2 a sustained run at a fixed offered
+rate (10 minutes; latency and dead tuples every 10 s, ``--plot`` draws
+them); SO D1 (n=10) by 1, 2, 4 and 8 processes; ST ``stats()`` of a queue
+of 1M live and 100k dead rows and of a small queue beside it (D3, L2,
+S2-S4, H1, SO and ST only when named: they take a while).  Baselines in
+the same run: raw psycopg
 SQL and pgqueuer (the ``bench`` extra).  Prints a table of figures and
 ratios, and writes JSON with ``--json``.
 """
@@ -35,12 +37,30 @@ from typing import Any
 from . import _cases, _db, _drain, _otel, _pgq, _report, _stats, _sustained, _worker
 from ._progress import say
 
-CASES = ("E1", "E2", "D1", "D2", "D3", "L1", "L2", "S1", "S2", "S3", "S4", "H1", "SO", "ST", "B4")
+CASES = (
+    "E1",
+    "E2",
+    "E1U",
+    "E2U",
+    "D1",
+    "D2",
+    "D3",
+    "L1",
+    "L2",
+    "S1",
+    "S2",
+    "S3",
+    "S4",
+    "H1",
+    "SO",
+    "ST",
+    "B4",
+)
 # Run without --only: ST's and S2-S4's rows take longer to make than they
 # measure; B4 (D2 with and without the Prometheus worker metrics,
 # interleaved) is an A/B.
 D3_CONCURRENCY = 32
-DEFAULT_CASES = ("E1", "E2", "D1", "D2", "L1", "S1")
+DEFAULT_CASES = ("E1", "E2", "E1U", "E2U", "D1", "D2", "L1", "S1")
 
 
 @dataclass
@@ -281,6 +301,13 @@ def _plan(
                         lambda lb, k=kind: _pgq.enqueue_batches(db, k, s.e2_batches, s.e2_size, lb)
                     ),
                 )
+    if "E1U" in only:
+        add("E1U alkstore unique keys", fresh(lambda lb: _cases.e1u_alkstore(db, s.e1, lb)))
+    if "E2U" in only:
+        add(
+            "E2U alkstore unique keys",
+            fresh(lambda lb: _cases.e2u_alkstore(db, s.e2_batches, s.e2_size, lb)),
+        )
     if "D1" in only:
         for n in (10, 100):
             add(f"D1 alkstore n={n}", fresh(lambda lb, n=n: _d1(db, s, "D1", "alkstore", n, lb)))

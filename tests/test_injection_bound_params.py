@@ -45,6 +45,7 @@ WORKER = "w_marker_9c1"
 PAYLOAD = b"payload_marker_5e2"
 FAIL_ERROR = "err_marker_a41'); DROP TABLE alkstore.jobs; --"
 RETRY_ERROR = 'retry_marker_b52 $$ " \\'
+UNIQUE_KEY = "key_marker_c63'); DROP TABLE alkstore.jobs; --"
 UNKNOWN_ID = 987654321987
 RUN_AT = datetime(2031, 7, 13, 1, 2, 3, tzinfo=UTC)
 
@@ -67,7 +68,7 @@ LIST_LIMIT = 743
 REQUEUE_LIMIT = 9431
 OLDER_THAN = 44441.5
 
-TEXT_MARKERS = ["marker_7f3", "marker_9c1", "marker_5e2", "marker_a41", "marker_b52"]
+TEXT_MARKERS = ["marker_7f3", "marker_9c1", "marker_5e2", "marker_a41", "marker_b52", "marker_c63"]
 NUMBER_MARKERS = [
     "48213",
     "9137",
@@ -117,6 +118,10 @@ def _exercise(qs: Any) -> Any:
     ]
     q.enqueue(PAYLOAD, DELAYED)
     q.enqueue(PAYLOAD, AT)
+    # U1: keyed inserts, and the look-up of a live key (all delayed: not claimed below).
+    keyed = EnqueueOpts(delay=33331.5, unique_key=UNIQUE_KEY)
+    assert q.enqueue(PAYLOAD, keyed) == q.enqueue(PAYLOAD, keyed)
+    q.enqueue_many([PAYLOAD, PAYLOAD], DELAYED, unique_keys=[UNIQUE_KEY, UNIQUE_KEY + "2"])
 
     handles = q.claim_batch(WORKER, 4)
     assert sorted(h.id for h in handles) == sorted(ids)
@@ -171,7 +176,17 @@ def test_shape_every_statement_binds_its_values_and_pastes_none(qs: Any, spy: Sq
         assert "'" not in statement, f"a string literal in SQL text: {statement}"
 
     travelled = {v for _s, params in sent for v in _flatten(params)}
-    for value in (QUEUE, WORKER, PAYLOAD, FAIL_ERROR, RETRY_ERROR, UNKNOWN_ID, RUN_AT, q.channel):
+    for value in (
+        QUEUE,
+        WORKER,
+        PAYLOAD,
+        FAIL_ERROR,
+        RETRY_ERROR,
+        UNIQUE_KEY,
+        UNKNOWN_ID,
+        RUN_AT,
+        q.channel,
+    ):
         assert value in travelled, f"{value!r} never reached the database as a parameter"
     for seconds in (4321.25, 77771.5, 66661.5, 33331.5, HEARTBEAT_EXTEND, RETRY_DELAY, 55551.5):
         assert timedelta(seconds=seconds) in travelled

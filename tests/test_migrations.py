@@ -25,7 +25,7 @@ from sqlalchemy import URL, Connection, Engine, create_engine, text
 from sqlalchemy.schema import CreateSchema
 
 import alkstore_sa.migrations
-from alkstore_sa import InvalidNameError, Store
+from alkstore_sa import EnqueueOpts, InvalidNameError, Store
 from alkstore_sa.migrations import VERSION_TABLE
 from alkstore_sa.migrations._config import alembic_config
 from alkstore_sa.schema import DEFAULT_SCHEMA, metadata
@@ -262,7 +262,7 @@ def test_m1_b2_upgrade_starts_each_history_with_the_last_error(blank_database: U
             )
         )
         conn.commit()
-    command.upgrade(cfg, "alkstore_0003")
+    command.upgrade(cfg, "head")  # through 0003 (and what came after, which the Store reads)
     eng = create_engine(blank_database)
     try:
         with Store(eng) as store:
@@ -277,13 +277,71 @@ def test_m1_b2_upgrade_starts_each_history_with_the_last_error(blank_database: U
         eng.dispose()
 
 
+def test_m1_u1_unique_keys_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:
+    """0004 (unique_key, U1) on a store in use: jobs enqueued under 0003 stay
+    and have no key; down again, keyed jobs stay as plain jobs; up again works."""
+    cfg = alembic_config(url=blank_database)
+    command.upgrade(cfg, "alkstore_0003")
+    with connect(blank_database) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts,"
+                " visibility_timeout) SELECT 'm', decode(lpad(g::text, 4, '0'), 'hex'),"
+                " statement_timestamp(), 5, interval '30 s' FROM generate_series(1, 20) AS g"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO alkstore.dead_jobs (id, queue, payload, priority, run_at, attempts,"
+                " max_attempts, visibility_timeout, created_at, last_error, died_at) VALUES"
+                " (999, 'm', '\\x03', 0, now(), 5, 5, interval '30 s', now(), 'gave up', now())"
+            )
+        )
+        conn.commit()
+    before = _every_job(blank_database)
+
+    command.upgrade(cfg, "head")
+    assert _every_job(blank_database) == before
+    eng = create_engine(blank_database)
+    try:
+        with Store(eng) as store:
+            q = store.queue("m")
+            assert {j.unique_key for j in q.jobs(limit=1000)} == {None}
+            keyed = q.enqueue(b"k", EnqueueOpts(unique_key="k"))
+            assert q.enqueue(b"k2", EnqueueOpts(unique_key="k")) == keyed
+            with_keyed = _every_job(blank_database)
+
+            command.downgrade(cfg, "alkstore_0003")
+            assert _every_job(blank_database) == with_keyed  # the keyed job stays, keyless
+            with connect(blank_database) as conn:
+                left = conn.execute(
+                    text(
+                        "SELECT count(*) FROM information_schema.columns"
+                        " WHERE table_schema = 'alkstore' AND column_name = 'unique_key'"
+                    )
+                ).scalar()
+                indexes = conn.execute(
+                    text("SELECT indexname FROM pg_indexes WHERE schemaname = 'alkstore'")
+                ).scalars()
+                assert left == 0 and "jobs_queue_unique_key_ix" not in set(indexes)
+
+            command.upgrade(cfg, "head")
+            assert _every_job(blank_database) == with_keyed
+            again = q.enqueue(b"k3", EnqueueOpts(unique_key="k"))
+            assert again != keyed  # the key went with the column: a new job
+            assert q.enqueue(b"k4", EnqueueOpts(unique_key="k")) == again
+            assert q.requeue_dead() == 1
+    finally:
+        eng.dispose()
+
+
 def test_h1_upgrade_gives_claims_in_flight_a_floor_so_their_lapse_is_seen(
     blank_database: URL,
 ) -> None:
     """0007 backfills deadline_floor from claim_deadline: a claim that was in
     flight at the upgrade and then lapsed is reclaimed (Q11), not stranded."""
     cfg = alembic_config(url=blank_database)
-    command.upgrade(cfg, "alkstore_0003")
+    command.upgrade(cfg, "alkstore_0004_unique_keys")
     with connect(blank_database) as conn:
         conn.execute(
             text(

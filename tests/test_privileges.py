@@ -122,6 +122,11 @@ def test_privileges_app_role_enqueues_and_reads_its_jobs(roles: Roles) -> None:
     for job_id, payload in zip([one, *many, in_tx], [b"a", b"b", b"c", b"d"], strict=True):
         job = q.get_job(job_id)
         assert job is not None and job.payload == payload and job.status == "pending"
+    # U1: a keyed enqueue (INSERT ... ON CONFLICT DO NOTHING, then the look-up of a
+    # live key) needs nothing beyond INSERT and SELECT.
+    keyed = q.enqueue(b"k", EnqueueOpts(unique_key="k"))
+    assert q.enqueue(b"k2", EnqueueOpts(unique_key="k")) == keyed
+    assert q.enqueue_many([b"k3", b"n"], unique_keys=["k", "new"])[0] == keyed
     # A dead letter is readable too.
     [handle] = roles.worker.queue("emails").claim_batch("w", 1)
     assert handle.fail("bounced") is True

@@ -30,6 +30,8 @@ PARAMS: dict[str, Any] = {
     "p_n": 3,
     "p_payloads": [b"a", b"\x00b"],
     "p_payload": b"\x00c",
+    "p_unique_key": "render-key",
+    "p_unique_keys": ["render-a", None],
     "p_priority": 0,
     "p_run_at": None,
     "p_delay": timedelta(0),

@@ -33,7 +33,6 @@ from sqlalchemy import (
     cast,
     delete,
     func,
-    insert,
     literal,
     or_,
     select,
@@ -114,11 +113,15 @@ def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
     """Move the oldest ``:limit`` matching dead rows of ``:queue`` back to pending.
 
     Same id, payload, priority, max_attempts, visibility_timeout, created_at,
-    last_error, error history (B2) and trace context (B3); ``attempts = 0``,
-    ``run_at = now``, no expiry, no claim.
+    last_error, error history (B2), trace context (B3) and unique key (U1);
+    ``attempts = 0``, ``run_at = now``, no expiry, no claim.
     The dead rows are locked with SKIP LOCKED first, so two requeues (or a
-    requeue and a purge) never move one row twice.  One row back: how many
-    moved, and how many notifications were sent (1 when any moved, else 0).
+    requeue and a purge) never move one row twice.  They are inserted into
+    ``jobs`` ``ON CONFLICT DO NOTHING`` against the unique-key index, and
+    only the rows that went in are deleted from ``dead_jobs``: a dead job
+    whose key is live again stays dead (U1), and so do all but the first to
+    die of several dead jobs sharing a key.  One row back: how many moved,
+    and how many notifications were sent (1 when any moved, else 0).
     """
     picked = (
         select(dead_jobs.c.id)
@@ -127,12 +130,7 @@ def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
         .limit(_limit())
         .with_for_update(skip_locked=True)
     )
-    moved = (
-        delete(dead_jobs)
-        .where(dead_jobs.c.id == any_(func.array(picked.scalar_subquery())))
-        .returning(*dead_jobs.c)
-        .cte("moved")
-    )
+    dead = dead_jobs.alias("dead")  # the picked rows, read again by id
     kept = (
         "id",
         "queue",
@@ -144,18 +142,34 @@ def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
         "last_error",
         "errors",
         "trace_context",
+        "unique_key",
     )
-    source = select(
-        *(moved.c[name] for name in kept),
-        literal("pending", type_=Text),
-        NOW,
-        literal(0, type_=Integer),
+    source = (
+        select(
+            *(dead.c[name] for name in kept),
+            literal("pending", type_=Text),
+            NOW,
+            literal(0, type_=Integer),
+        )
+        .where(dead.c.id == any_(func.array(picked.scalar_subquery())))
+        # Of dead rows sharing a key, the first to die goes back.
+        .order_by(dead.c.died_at, dead.c.id)
     )
     inserted = (
-        insert(jobs)
+        pg_insert(jobs)
         .from_select([*kept, "status", "run_at", "attempts"], source)
+        .on_conflict_do_nothing(
+            index_elements=[jobs.c.queue, jobs.c.unique_key],
+            index_where=jobs.c.unique_key.is_not(None),
+        )
         .returning(jobs.c.id)
         .cte("requeued")
+    )
+    moved = (
+        delete(dead_jobs)
+        .where(dead_jobs.c.id == any_(func.array(select(inserted.c.id).scalar_subquery())))
+        .returning(dead_jobs.c.id)
+        .cte("moved")
     )
     wake = (
         select(
@@ -168,7 +182,7 @@ def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
         .cte("wake")
     )
     return select(
-        select(func.count()).select_from(inserted).scalar_subquery().label("moved"),
+        select(func.count()).select_from(moved).scalar_subquery().label("moved"),
         select(func.count()).select_from(wake).scalar_subquery().label("woke"),
     )
 

@@ -30,16 +30,23 @@ def churn() -> TextClause:
     may vacuum: the owner (or a member of the owning role) and superusers;
     on PostgreSQL 17 also a role granted MAINTAIN on the table.
     """
+    # Even the constant words are bound: the worker's SQL text holds no literal.
     return text(
         "SELECT s.n_dead_tup, s.n_live_tup,"
-        " pg_has_role(c.relowner, 'USAGE')"
+        " pg_has_role(c.relowner, :p_usage)"
         " OR (SELECT r.rolsuper FROM pg_roles AS r WHERE r.rolname = current_user)"
         # CASE, not AND: evaluated in order, so older servers never see MAINTAIN.
-        " OR CASE WHEN current_setting('server_version_num')::int >= 170000"
-        "     THEN has_table_privilege(c.oid, 'MAINTAIN') ELSE false END"
+        " OR CASE WHEN CAST(current_setting(:p_version) AS integer) >= :p_maintain_since"
+        "     THEN has_table_privilege(c.oid, :p_maintain) ELSE false END"
         " FROM pg_stat_user_tables AS s JOIN pg_class AS c ON c.oid = s.relid"
         " WHERE s.relid = CAST(:p_table AS regclass)"
-    ).bindparams(bindparam("p_table", type_=Text))
+    ).bindparams(
+        bindparam("p_table", type_=Text),
+        bindparam("p_usage", "USAGE", type_=Text),
+        bindparam("p_version", "server_version_num", type_=Text),
+        bindparam("p_maintain_since", 170000, type_=Integer),
+        bindparam("p_maintain", "MAINTAIN", type_=Text),
+    )
 
 
 def try_lock() -> TextClause:
