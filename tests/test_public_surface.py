@@ -35,6 +35,10 @@ CONTRACT_NAMES = {
     "InvalidNameError",
     "StoreClosedError",
     "HandleSpentError",
+    # Part 2, T1: the registry and its task types.
+    "Tasks",
+    "Task",
+    "AsyncTask",
 }
 
 

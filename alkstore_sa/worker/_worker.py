@@ -17,8 +17,10 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from .. import _validate as v
-from ..aio import AsyncQueue
-from ..store import Queue
+from ..aio import AsyncQueue, AsyncStore
+from ..store import Queue, Store
+from ..tasks import Tasks
+from ..tasks._dispatch import handlers_for
 from ._async_backend import AsyncBackend
 from ._handlers import HandlerSpec, inspect_handler
 from ._state import Settings, WorkerHealth
@@ -65,8 +67,13 @@ def _handlers(
     handlers: object, queue_type: type[Q], what: str, check: Callable[[HandlerSpec, str], None]
 ) -> list[tuple[Q, HandlerSpec]]:
     """Each queue of ``handlers`` with its handler inspected; every mistake raised here."""
+    if isinstance(handlers, Tasks):  # T2: a registry runs as one handler per queue
+        handlers = handlers_for(handlers, is_async=queue_type is AsyncQueue)
     if not isinstance(handlers, Mapping):
-        raise TypeError(f"{what} takes a mapping {{queue: handler}}, got {type(handlers).__name__}")
+        raise TypeError(
+            f"{what} takes a mapping {{queue: handler}} or a Tasks registry, "
+            f"got {type(handlers).__name__}"
+        )
     if not handlers:
         raise ValueError(f"{what} needs at least one queue")
     inspected: list[tuple[Q, HandlerSpec]] = []
@@ -155,7 +162,7 @@ class Worker(_Base):
 
     def __init__(
         self,
-        handlers: Mapping[Queue, Handler],
+        handlers: Mapping[Queue, Handler] | Tasks[Store],
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
         poll_interval: float | timedelta = DEFAULT_POLL_INTERVAL,
@@ -214,7 +221,7 @@ class AsyncWorker(_Base):
 
     def __init__(
         self,
-        handlers: Mapping[AsyncQueue, Handler],
+        handlers: Mapping[AsyncQueue, Handler] | Tasks[AsyncStore],
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
         poll_interval: float | timedelta = DEFAULT_POLL_INTERVAL,
