@@ -14,7 +14,7 @@ from ._migrate import migrate
 from ._opts import EnqueueOpts, QueueOpts
 from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
 from .store import JobHandle, Queue, Store
-from .tasks import AsyncTask, Task, Tasks
+from .tasks import AsyncTask, Periodic, Task, Tasks
 from .worker import AsyncWorker, Worker, WorkerHealth
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "Job",
     "JobError",
     "JobHandle",
+    "Periodic",
     "Queue",
     "QueueOpts",
     "QueueStats",

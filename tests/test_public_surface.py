@@ -39,6 +39,8 @@ CONTRACT_NAMES = {
     "Tasks",
     "Task",
     "AsyncTask",
+    # P1
+    "Periodic",
 }
 
 

@@ -1,6 +1,8 @@
-"""Tasks: functions deferred as JSON envelopes and run by workers by name (T1, T2)."""
+"""Tasks: functions deferred as JSON envelopes and run by workers by name (T1, T2),
+and periodic jobs (P1)."""
 
 from ._codec import ENVELOPE_VERSION, InvalidEnvelope, decode_envelope, encode_envelope
+from ._periodic import Periodic
 from ._registry import Tasks
 from ._task import AsyncSessionTask, AsyncTask, SessionTask, Task, TaskBase
 
@@ -9,6 +11,7 @@ __all__ = [
     "AsyncSessionTask",
     "AsyncTask",
     "InvalidEnvelope",
+    "Periodic",
     "SessionTask",
     "Task",
     "TaskBase",

@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ from ..aio import AsyncQueue, AsyncStore
 from ..store import Queue, Store
 from ..tasks import Tasks
 from ..tasks._dispatch import handlers_for
+from ..tasks._periodic import Periodic
 from ._async_backend import AsyncBackend
 from ._handlers import HandlerSpec, inspect_handler
 from ._state import Settings, WorkerHealth
@@ -95,8 +96,33 @@ def _handlers(
     return inspected
 
 
+def _schedules(periodic: object, what: str, is_async: bool) -> list[Periodic]:
+    """P1: the schedules a worker fires, checked: ``Periodic``s of its kind, names unique."""
+    if periodic is None:
+        return []
+    if isinstance(periodic, Periodic) or not isinstance(periodic, Iterable):
+        raise TypeError(f"{what}: periodic takes a list of Periodic")
+    schedules = list(periodic)
+    names: set[str] = set()
+    for schedule in schedules:
+        if not isinstance(schedule, Periodic):
+            raise TypeError(f"{what}: periodic takes Periodic items, got {type(schedule).__name__}")
+        if schedule.is_async != is_async:
+            store = "an AsyncStore" if schedule.is_async else "a Store"
+            raise TypeError(
+                f"{what}: periodic {schedule.name!r} enqueues through {store}; "
+                f"give it to {'AsyncWorker' if schedule.is_async else 'Worker'}"
+            )
+        if schedule.name in names:
+            raise ValueError(f"{what}: periodic {schedule.name!r} appears twice")
+        names.add(schedule.name)
+    return schedules
+
+
 class _Base:
     """What both faces share: the settings, stop(), and running once."""
+
+    _periodic: list[Periodic]
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -139,6 +165,11 @@ class _Base:
             for _ in range(old.stop_requests):
                 self._supervisor.stop()
 
+    @property
+    def periodic(self) -> tuple[Periodic, ...]:
+        """The schedules this worker fires (P1), in the order given."""
+        return tuple(self._periodic)
+
     def _claim_run(self) -> None:
         with self._run_lock:
             if self._started:
@@ -157,7 +188,9 @@ class Worker(_Base):
     in-flight jobs at stop; ``job_timeout`` (None = no limit) seconds after
     which a running job is retried as failed; ``sweep_interval`` seconds
     between sweeps of each queue (expiry and dead-letter retention, O7; None:
-    never).
+    never).  ``handlers`` may be a ``Tasks`` registry instead (T2): each of its
+    queues gets a handler that runs its tasks by name.  ``periodic``: the
+    ``Periodic`` schedules this worker fires (P1).
     """
 
     def __init__(
@@ -171,6 +204,7 @@ class Worker(_Base):
         sweep_interval: float | timedelta | None = DEFAULT_SWEEP_INTERVAL,
         worker_id: str | None = None,
         handle_signals: bool = True,
+        periodic: Iterable[Periodic] | None = None,
     ) -> None:
 
         def sync_only(spec: HandlerSpec, name: str) -> None:
@@ -181,6 +215,7 @@ class Worker(_Base):
                 )
 
         self._queues = _handlers(handlers, Queue, "Worker", sync_only)
+        self._periodic = _schedules(periodic, "Worker", is_async=False)
         super().__init__(
             _settings(
                 worker_id,
@@ -209,7 +244,7 @@ class Worker(_Base):
         db_threads = min(16, 2 + 2 * len(self._queues))
         backend = SyncBackend(threads, db_threads)
         bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
-        asyncio.run(self._supervisor.run(bindings, backend))
+        asyncio.run(self._supervisor.run(bindings, backend, self._periodic))
 
 
 class AsyncWorker(_Base):
@@ -230,6 +265,7 @@ class AsyncWorker(_Base):
         sweep_interval: float | timedelta | None = DEFAULT_SWEEP_INTERVAL,
         worker_id: str | None = None,
         handle_signals: bool = True,
+        periodic: Iterable[Periodic] | None = None,
     ) -> None:
 
         def session_needs_async(spec: HandlerSpec, name: str) -> None:
@@ -243,6 +279,7 @@ class AsyncWorker(_Base):
                 )
 
         self._queues = _handlers(handlers, AsyncQueue, "AsyncWorker", session_needs_async)
+        self._periodic = _schedules(periodic, "AsyncWorker", is_async=True)
         super().__init__(
             _settings(
                 worker_id,
@@ -266,4 +303,4 @@ class AsyncWorker(_Base):
         sync_queues = sum(1 for _, spec in self._queues if not spec.is_async)
         backend = AsyncBackend(self._settings.concurrency * sync_queues)
         bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
-        await self._supervisor.run(bindings, backend)
+        await self._supervisor.run(bindings, backend, self._periodic)
