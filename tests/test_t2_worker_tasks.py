@@ -307,3 +307,21 @@ def test_t2_cli_worker_runs_a_registry(database_url: URL, store: Store, tmp_path
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert (tmp_path / "ran.log").read_text() == "42\n"
+
+
+def test_t2_cli_app_option_takes_a_registry(database_url: URL, tmp_path: Path) -> None:
+    import os
+
+    (tmp_path / "shopapp.py").write_text(textwrap.dedent(_APP))
+    env = {**os.environ, "ALKSTORE_DATABASE_URL": database_url.render_as_string(False)}
+    env.pop("ALKSTORE_SCHEMA", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "alkstore_sa.cli", "stats", "--json", "--app", "shopapp:tasks"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert list(json.loads(done.stdout)) == ["receipts"]  # the registry's queue, before any row
