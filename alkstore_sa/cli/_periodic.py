@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -45,7 +45,8 @@ def _schedules(spec: str) -> list[Periodic]:
     raise CliError(f"--app {spec!r} is a {type(obj).__name__}, not {WANTED}", code=2)
 
 
-def _read(schema: str) -> Any:
+def _read(schema: str) -> Callable[[Connection], tuple[datetime, dict[str, datetime]]]:
+    """Read the database's clock and every schedule's last fired slot."""
     address = StoreAddress(schema)
 
     def read(conn: Connection) -> tuple[datetime, dict[str, datetime]]:

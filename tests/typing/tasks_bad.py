@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.orm import Session
 
-from alkstore_sa import AsyncStore, Store, Tasks
+from alkstore_sa import AsyncStore, AsyncWorker, Store, Tasks, Worker
 
 store = Store.from_url("postgresql+psycopg://localhost/x")
 astore = AsyncStore.from_url("postgresql+psycopg://localhost/x")
@@ -30,6 +30,8 @@ send_receipt.defer()  # E: call-overload
 charge.defer(order_id="x")  # E: call-overload
 job_id: int = asend.defer(order_id=1)  # E: assignment
 send_receipt(order_id="x")  # E: arg-type
+Worker(atasks)  # E: arg-type
+AsyncWorker(tasks)  # E: arg-type
 
 
 async def main() -> None:

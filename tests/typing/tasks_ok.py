@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from alkstore_sa import AsyncStore, EnqueueOpts, Store, Tasks
+from alkstore_sa import AsyncStore, AsyncWorker, EnqueueOpts, Periodic, Store, Tasks, Worker
 
 store = Store.from_url("postgresql+psycopg://localhost/x")
 astore = AsyncStore.from_url("postgresql+psycopg://localhost/x")
@@ -53,3 +53,7 @@ async def main(session: AsyncSession) -> None:
     many: list[int] = await asend.defer_many([{"order_id": 1}])
     got: str = await asend(order_id=n + len(many))
     del got
+
+
+worker = Worker(tasks, periodic=[Periodic("nightly", "@daily", send_receipt, {"order_id": 1})])
+aworker = AsyncWorker(atasks, concurrency=4)
