@@ -14,6 +14,7 @@ from ._migrate import migrate
 from ._opts import EnqueueOpts, QueueOpts
 from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
 from .store import JobHandle, Queue, Store
+from .tasks import AsyncTask, Periodic, Task, Tasks
 from .worker import AsyncWorker, Worker, WorkerHealth
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "AsyncJobHandle",
     "AsyncQueue",
     "AsyncStore",
+    "AsyncTask",
     "AsyncWorker",
     "EnqueueOpts",
     "FailJob",
@@ -29,6 +31,7 @@ __all__ = [
     "Job",
     "JobError",
     "JobHandle",
+    "Periodic",
     "Queue",
     "QueueOpts",
     "QueueStats",
@@ -37,6 +40,8 @@ __all__ = [
     "Store",
     "StoreClosedError",
     "SweepResult",
+    "Task",
+    "Tasks",
     "Worker",
     "WorkerHealth",
     "migrate",

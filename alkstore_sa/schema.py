@@ -29,7 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-__all__ = ["DEFAULT_SCHEMA", "dead_jobs", "jobs", "metadata", "paused_queues"]
+__all__ = ["DEFAULT_SCHEMA", "dead_jobs", "jobs", "metadata", "paused_queues", "periodic"]
 
 DEFAULT_SCHEMA = "alkstore"
 
@@ -155,4 +155,16 @@ paused_queues = Table(
     metadata,
     Column("queue", Text, primary_key=True),
     Column("paused_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
+)
+
+# P1: a row per periodic schedule (by name) with the last slot it fired; a
+# worker fires a slot by moving last_slot forward with a compare-and-set
+# UPDATE in the enqueue's transaction, so one slot is one job however many
+# workers run the schedule.
+periodic = Table(
+    "periodic",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("last_slot", _TZ, nullable=False),
+    Column("updated_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
 )

@@ -35,6 +35,12 @@ CONTRACT_NAMES = {
     "InvalidNameError",
     "StoreClosedError",
     "HandleSpentError",
+    # Part 2, T1: the registry and its task types.
+    "Tasks",
+    "Task",
+    "AsyncTask",
+    # P1
+    "Periodic",
 }
 
 

@@ -1,5 +1,5 @@
 """The ``alkstore`` command: migrate, worker, enqueue, stats, jobs, requeue, purge, pause,
-resume, sweep, metrics, demo, bench.
+resume, sweep, periodic, metrics, demo, bench.
 
 Errors a user can fix (no URL, a bad URL, an unreachable server, a schema
 never migrated, an import path that does not resolve) end as one line on
@@ -324,6 +324,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser(
+        "periodic",
+        parents=[common],
+        help="list the application's periodic schedules (P1) and their next times",
+        description="List the periodic schedules --app declares, with the slot each last "
+        "fired (from the database) and the next one, by the database's clock.",
+    )
+    p.add_argument(
+        "--app",
+        metavar="MODULE:OBJ",
+        required=True,
+        help="the application's Worker (its periodic=), a Periodic or a list of them",
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON list")
+
+    p = sub.add_parser(
         "metrics",
         parents=[common],
         help="serve the queues' Prometheus gauges over HTTP until SIGTERM/SIGINT",
@@ -370,7 +385,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command(name: str) -> Command:
-    from . import _commands, _metrics, _ops, _worker
+    from . import _commands, _metrics, _ops, _periodic, _worker
 
     table: dict[str, Command] = {
         "migrate": _commands.cmd_migrate,
@@ -384,6 +399,7 @@ def _command(name: str) -> Command:
         "sweep": _ops.cmd_sweep,
         "worker": _worker.cmd_worker,
         "metrics": _metrics.cmd_metrics,
+        "periodic": _periodic.cmd_periodic,
     }
     return table[name]
 

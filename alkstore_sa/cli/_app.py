@@ -14,18 +14,20 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from .._opts import QueueOpts
 from ..aio import AsyncQueue
 from ..store import Queue
+from ..tasks import Tasks
 from ..worker import AsyncWorker, Worker
 from ._db import CliError, Database, export_to_environment
 from ._loader import call_factory, load_object
 
 __all__ = ["App", "load_app", "opts_for", "warn_undeclared"]
 
-# What `--app` may name (a Tasks registry joins this list when it exists).
-WANTED = "a Worker or AsyncWorker (for example myapp.tasks:worker)"
+# What `--app` may name.
+WANTED = "a Worker or AsyncWorker (for example myapp.tasks:worker) or a Tasks registry"
 
 
 @dataclass(frozen=True)
@@ -62,7 +64,7 @@ def warn_undeclared(app: App | None, names: Iterable[str], *, uses_opts: bool = 
             )
 
 
-def _declared(obj: Worker | AsyncWorker) -> list[Queue | AsyncQueue]:
+def _declared(obj: Worker | AsyncWorker | Tasks[Any]) -> list[Queue | AsyncQueue]:
     return list(obj.queues)
 
 
@@ -76,7 +78,7 @@ def load_app(spec: str, database: Database, schema: str) -> App:
     """
     export_to_environment(database, schema)
     obj = load_object(spec)
-    if not isinstance(obj, Worker | AsyncWorker):
+    if not isinstance(obj, Worker | AsyncWorker | Tasks):
         if not callable(obj) or isinstance(obj, type):
             raise CliError(
                 f"--app {spec!r} is a {type(obj).__name__}, not {WANTED} "
@@ -84,9 +86,9 @@ def load_app(spec: str, database: Database, schema: str) -> App:
                 code=2,
             )
         made = call_factory(spec, obj, WANTED, label="--app ")
-        if not isinstance(made, Worker | AsyncWorker):
+        if not isinstance(made, Worker | AsyncWorker | Tasks):
             raise CliError(
-                f"--app {spec!r} returned a {type(made).__name__}, not a Worker or AsyncWorker",
+                f"--app {spec!r} returned a {type(made).__name__}, not {WANTED}",
                 code=2,
             )
         obj = made

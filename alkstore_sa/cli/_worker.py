@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 from ..store import Store
+from ..tasks import Tasks
 from ..worker import AsyncWorker, Worker
 from ._db import CliError, Database, export_to_environment, open_engine
 from ._loader import call_factory, load_object
@@ -16,7 +17,7 @@ from ._metrics import require_prometheus, serve_worker_http
 
 __all__ = ["WANTED", "cmd_worker", "resolve_worker", "setup_logging"]
 
-WANTED = "a Worker or AsyncWorker (for example myapp.tasks:worker)"
+WANTED = "a Worker or AsyncWorker (for example myapp.tasks:worker) or a Tasks registry"
 
 log = logging.getLogger("alkstore.cli")
 
@@ -42,20 +43,35 @@ def _with_concurrency(worker: Worker | AsyncWorker, concurrency: int) -> None:
     worker._override_concurrency(concurrency)
 
 
+def _from_tasks(tasks: Tasks[Any], concurrency: int | None) -> Worker | AsyncWorker:
+    """T2: a registry runs on a worker of its store's kind, with the default settings."""
+    kwargs: dict[str, Any] = {} if concurrency is None else {"concurrency": concurrency}
+    try:
+        return AsyncWorker(tasks, **kwargs) if tasks.is_async else Worker(tasks, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise CliError(f"cannot run the tasks: {exc}", code=2) from None
+
+
 def resolve_worker(spec: str, concurrency: int | None) -> Worker | AsyncWorker:
     obj = load_object(spec)
+    if isinstance(obj, Tasks):
+        return _from_tasks(obj, concurrency)
     if not isinstance(obj, Worker | AsyncWorker):
         if not callable(obj) or isinstance(obj, type):
             raise CliError(
-                f"{spec!r} is a {type(obj).__name__}, not a Worker, AsyncWorker or a "
-                "function returning one",
+                f"{spec!r} is a {type(obj).__name__}, not a Worker, AsyncWorker, "
+                "Tasks registry or a function returning one",
                 code=2,
             )
         kwargs = {"concurrency": concurrency} if concurrency and _accepts_concurrency(obj) else {}
         made = call_factory(spec, obj, WANTED, kwargs=kwargs)
+        if isinstance(made, Tasks):
+            return _from_tasks(made, concurrency)
         if not isinstance(made, Worker | AsyncWorker):
             raise CliError(
-                f"{spec!r} returned a {type(made).__name__}, not a Worker or AsyncWorker", code=2
+                f"{spec!r} returned a {type(made).__name__}, not a Worker, AsyncWorker "
+                "or Tasks registry",
+                code=2,
             )
         if kwargs:
             return made

@@ -21,11 +21,13 @@ from collections.abc import Callable, Coroutine, Hashable, Sequence
 from types import FrameType
 
 from .._instrument import installed
+from ..tasks._periodic import Periodic
 from . import _shutdown
 from ._completer import Completer
 from ._executor import Executor
 from ._heartbeats import Heartbeats
 from ._maintenance import Maintenance
+from ._periodic import Scheduler
 from ._port import Backend
 from ._producer import Producer
 from ._state import QueueBinding, QueueState, RunState, Settings, WorkerHealth
@@ -94,8 +96,15 @@ class Supervisor:
             db_errors=run.db_errors,
         )
 
-    async def run(self, queues: Sequence[QueueBinding], backend: Backend) -> None:
+    async def run(
+        self,
+        queues: Sequence[QueueBinding],
+        backend: Backend,
+        periodic: Sequence[Periodic] = (),
+    ) -> None:
         """Run until stopped; ``backend`` is closed when the run ends.
+
+        ``periodic``: the schedules this worker fires (P1), in a task of their own.
 
         Raises ``SchemaMissingError`` before claiming anything when a queue's
         tables are missing or older than the package (B5).
@@ -127,6 +136,9 @@ class Supervisor:
         if self.settings.vacuum_interval is not None:
             vacuums = Maintenance(run).vacuum(self.settings.vacuum_interval)
             background.append(loop.create_task(vacuums, name="alkstore-vacuum"))
+        if periodic:
+            scheduler = Scheduler(run, periodic).run()
+            background.append(loop.create_task(scheduler, name="alkstore-periodic"))
         listeners = [
             loop.create_task(listening, name="alkstore-listener")
             for listening in self._listeners(run, backend)

@@ -12,13 +12,16 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from .. import _validate as v
-from ..aio import AsyncQueue
-from ..store import Queue
+from ..aio import AsyncQueue, AsyncStore
+from ..store import Queue, Store
+from ..tasks import Tasks
+from ..tasks._dispatch import handlers_for
+from ..tasks._periodic import Periodic
 from ._async_backend import AsyncBackend
 from ._handlers import HandlerSpec, inspect_handler
 from ._state import Settings, WorkerHealth
@@ -68,8 +71,13 @@ def _handlers(
     handlers: object, queue_type: type[Q], what: str, check: Callable[[HandlerSpec, str], None]
 ) -> list[tuple[Q, HandlerSpec]]:
     """Each queue of ``handlers`` with its handler inspected; every mistake raised here."""
+    if isinstance(handlers, Tasks):  # T2: a registry runs as one handler per queue
+        handlers = handlers_for(handlers, is_async=queue_type is AsyncQueue)
     if not isinstance(handlers, Mapping):
-        raise TypeError(f"{what} takes a mapping {{queue: handler}}, got {type(handlers).__name__}")
+        raise TypeError(
+            f"{what} takes a mapping {{queue: handler}} or a Tasks registry, "
+            f"got {type(handlers).__name__}"
+        )
     if not handlers:
         raise ValueError(f"{what} needs at least one queue")
     inspected: list[tuple[Q, HandlerSpec]] = []
@@ -91,8 +99,33 @@ def _handlers(
     return inspected
 
 
+def _schedules(periodic: object, what: str, is_async: bool) -> list[Periodic]:
+    """P1: the schedules a worker fires, checked: ``Periodic``s of its kind, names unique."""
+    if periodic is None:
+        return []
+    if isinstance(periodic, Periodic) or not isinstance(periodic, Iterable):
+        raise TypeError(f"{what}: periodic takes a list of Periodic")
+    schedules = list(periodic)
+    names: set[str] = set()
+    for schedule in schedules:
+        if not isinstance(schedule, Periodic):
+            raise TypeError(f"{what}: periodic takes Periodic items, got {type(schedule).__name__}")
+        if schedule.is_async != is_async:
+            store = "an AsyncStore" if schedule.is_async else "a Store"
+            raise TypeError(
+                f"{what}: periodic {schedule.name!r} enqueues through {store}; "
+                f"give it to {'AsyncWorker' if schedule.is_async else 'Worker'}"
+            )
+        if schedule.name in names:
+            raise ValueError(f"{what}: periodic {schedule.name!r} appears twice")
+        names.add(schedule.name)
+    return schedules
+
+
 class _Base:
     """What both faces share: the settings, stop(), and running once."""
+
+    _periodic: list[Periodic]
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -135,6 +168,11 @@ class _Base:
             for _ in range(old.stop_requests):
                 self._supervisor.stop()
 
+    @property
+    def periodic(self) -> tuple[Periodic, ...]:
+        """The schedules this worker fires (P1), in the order given."""
+        return tuple(self._periodic)
+
     def _claim_run(self) -> None:
         with self._run_lock:
             if self._started:
@@ -155,12 +193,15 @@ class Worker(_Base):
     between sweeps of each queue (expiry and dead-letter retention, O7; None:
     never); every ``vacuum_interval`` seconds it looks at its jobs table and
     VACUUMs it once dead row versions pile up (when its role owns the table;
-    None: never, leave it to autovacuum).
+    None: never, leave it to autovacuum).  ``handlers`` may be a ``Tasks``
+    registry instead (T2): each of its queues gets a handler that runs its
+    tasks by name.  ``periodic``: the ``Periodic`` schedules this worker
+    fires (P1).
     """
 
     def __init__(
         self,
-        handlers: Mapping[Queue, Handler],
+        handlers: Mapping[Queue, Handler] | Tasks[Store],
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
         poll_interval: float | timedelta = DEFAULT_POLL_INTERVAL,
@@ -170,6 +211,7 @@ class Worker(_Base):
         vacuum_interval: float | timedelta | None = DEFAULT_VACUUM_INTERVAL,
         worker_id: str | None = None,
         handle_signals: bool = True,
+        periodic: Iterable[Periodic] | None = None,
     ) -> None:
 
         def sync_only(spec: HandlerSpec, name: str) -> None:
@@ -180,6 +222,7 @@ class Worker(_Base):
                 )
 
         self._queues = _handlers(handlers, Queue, "Worker", sync_only)
+        self._periodic = _schedules(periodic, "Worker", is_async=False)
         super().__init__(
             _settings(
                 worker_id,
@@ -209,7 +252,7 @@ class Worker(_Base):
         db_threads = min(16, 2 + 2 * len(self._queues))
         backend = SyncBackend(threads, db_threads)
         bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
-        asyncio.run(self._supervisor.run(bindings, backend))
+        asyncio.run(self._supervisor.run(bindings, backend, self._periodic))
 
 
 class AsyncWorker(_Base):
@@ -221,7 +264,7 @@ class AsyncWorker(_Base):
 
     def __init__(
         self,
-        handlers: Mapping[AsyncQueue, Handler],
+        handlers: Mapping[AsyncQueue, Handler] | Tasks[AsyncStore],
         *,
         concurrency: int = DEFAULT_CONCURRENCY,
         poll_interval: float | timedelta = DEFAULT_POLL_INTERVAL,
@@ -231,6 +274,7 @@ class AsyncWorker(_Base):
         vacuum_interval: float | timedelta | None = DEFAULT_VACUUM_INTERVAL,
         worker_id: str | None = None,
         handle_signals: bool = True,
+        periodic: Iterable[Periodic] | None = None,
     ) -> None:
 
         def session_needs_async(spec: HandlerSpec, name: str) -> None:
@@ -244,6 +288,7 @@ class AsyncWorker(_Base):
                 )
 
         self._queues = _handlers(handlers, AsyncQueue, "AsyncWorker", session_needs_async)
+        self._periodic = _schedules(periodic, "AsyncWorker", is_async=True)
         super().__init__(
             _settings(
                 worker_id,
@@ -268,4 +313,4 @@ class AsyncWorker(_Base):
         sync_queues = sum(1 for _, spec in self._queues if not spec.is_async)
         backend = AsyncBackend(self._settings.concurrency * sync_queues)
         bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
-        await self._supervisor.run(bindings, backend)
+        await self._supervisor.run(bindings, backend, self._periodic)

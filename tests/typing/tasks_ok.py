@@ -1,0 +1,59 @@
+"""Must pass ``mypy --strict``: the typed uses of tasks (run by tests/test_t1_typing.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from alkstore_sa import AsyncStore, AsyncWorker, EnqueueOpts, Periodic, Store, Tasks, Worker
+
+store = Store.from_url("postgresql+psycopg://localhost/x")
+astore = AsyncStore.from_url("postgresql+psycopg://localhost/x")
+tasks = Tasks(store)
+atasks = Tasks(astore)
+
+
+@dataclass
+class Address:
+    street: str
+
+
+@tasks.task(queue="receipts")
+def send_receipt(order_id: int, note: str = "", to: Address | None = None) -> str:
+    return f"{order_id}{note}"
+
+
+@tasks.task(queue="receipts")
+def charge(session: Session, order_id: int) -> None: ...
+
+
+@atasks.task(queue="receipts")
+async def asend(order_id: int) -> str:
+    return str(order_id)
+
+
+@atasks.task(queue="receipts")
+async def acharge(session: AsyncSession, order_id: int) -> None: ...
+
+
+job_id: int = send_receipt.defer(order_id=1)
+job_id = send_receipt.defer(order_id=1, note="x", to=Address("main st"))
+job_id = send_receipt.defer(order_id=1, opts=EnqueueOpts(delay=5))
+ids: list[int] = send_receipt.defer_many([{"order_id": 1}, {"order_id": 2}])
+text: str = send_receipt(order_id=3)
+job_id = charge.defer(order_id=1)
+
+
+async def main(session: AsyncSession) -> None:
+    n: int = await asend.defer(order_id=1)
+    n = await acharge.defer(order_id=2)
+    n = await asend.defer(order_id=1, session=session)
+    many: list[int] = await asend.defer_many([{"order_id": 1}])
+    got: str = await asend(order_id=n + len(many))
+    del got
+
+
+worker = Worker(tasks, periodic=[Periodic("nightly", "@daily", send_receipt, {"order_id": 1})])
+aworker = AsyncWorker(atasks, concurrency=4)
