@@ -10,8 +10,13 @@ asyncpg's ``add_listener``, and the custom plans of the read operations.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -205,3 +210,58 @@ def test_d1_session_handler_commits_with_the_ack_on_asyncpg(
         running.stop()
     with store.engine.connect() as conn:
         assert sorted(r[0] for r in conn.execute(text("SELECT job_id FROM receipts"))) == ids
+
+
+_ASYNCPG_TASKS = """
+import os
+from sqlalchemy.ext.asyncio import create_async_engine
+from alkstore_sa import AsyncStore, AsyncWorker
+
+url = os.environ["ALKSTORE_DATABASE_URL"]
+engine = create_async_engine(url)
+assert engine.dialect.driver == "asyncpg", url  # the URL reaches the module as given
+pings = AsyncStore(engine).queue("pings")
+
+async def handler(job):
+    pass
+
+worker = AsyncWorker({pings: handler}, poll_interval=0.2)
+"""
+
+
+def test_d1_cli_worker_takes_an_asyncpg_url_and_other_commands_refuse_it(
+    database_url: URL, store: Store, tmp_path: Path
+) -> None:
+    """`alkstore worker` hands an asyncpg URL to the user's module as given (its own
+    preflight goes through psycopg); a command that is the CLI's own says, in one
+    line, what to use instead."""
+    url = _asyncpg(database_url).render_as_string(hide_password=False)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ALKSTORE_")}
+    env["ALKSTORE_DATABASE_URL"] = url
+    (tmp_path / "apgtasks.py").write_text(_ASYNCPG_TASKS)
+    ids = store.queue("pings").enqueue_many([b"a", b"b"])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "alkstore_sa.cli", "worker", "apgtasks:worker"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: all(store.queue("pings").get_job(i) is None for i in ids), timeout=20)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+
+    stats = subprocess.run(
+        [sys.executable, "-m", "alkstore_sa.cli", "stats"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert stats.returncode == 2 and not stats.stdout
+    [line] = stats.stderr.strip().splitlines()  # one line, no traceback
+    assert "postgresql+psycopg://" in line and "asyncpg is for AsyncStore" in line
