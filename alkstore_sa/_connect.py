@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -17,6 +18,16 @@ T = TypeVar("T")
 
 # The drivers the async face runs on (D1); the sync face is psycopg only.
 ASYNC_DRIVERS = ("psycopg", "asyncpg")
+# Before 2.0.50 SQLAlchemy's asyncpg adapter let asyncpg's InternalClientError
+# (an operation cut off by a lost connection) through unwrapped and returned
+# the broken connection to the pool: Q30 does not hold there.
+ASYNCPG_MIN_SQLALCHEMY = (2, 0, 50)
+
+
+def sqlalchemy_version() -> tuple[int, ...]:
+    import sqlalchemy
+
+    return tuple(int(part) for part in re.findall(r"\d+", sqlalchemy.__version__)[:3])
 
 
 def check_engine(engine: object, expected: type, what: str) -> None:
@@ -31,6 +42,15 @@ def check_engine(engine: object, expected: type, what: str) -> None:
     # run_sync a sync-looking DBAPI connection, and the async worker's
     # listener has an asyncpg path of its own.
     allowed = ASYNC_DRIVERS if expected.__name__ == "AsyncEngine" else ("psycopg",)
+    too_old = sqlalchemy_version() < ASYNCPG_MIN_SQLALCHEMY
+    if dialect.driver == "asyncpg" and "asyncpg" in allowed and too_old:
+        import sqlalchemy
+
+        raise ValueError(
+            f"{what} on asyncpg needs SQLAlchemy >= 2.0.50 (older versions pool a "
+            f"connection an outage broke); found {sqlalchemy.__version__}: "
+            "pip install 'alkstore-sa[asyncpg]'"
+        )
     if dialect.driver not in allowed:
         if dialect.driver == "asyncpg":
             raise ValueError(
