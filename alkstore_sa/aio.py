@@ -264,8 +264,12 @@ async def detached_connection(store: AsyncStore) -> tuple[AsyncConnection, Any]:
     """
     store._life.check_open()
     conn = await store.engine.connect()
-    driver = (await conn.get_raw_connection()).driver_connection
-    sync = conn.sync_connection
-    assert sync is not None  # set by connect()
-    sync.detach()
+    try:
+        driver = (await conn.get_raw_connection()).driver_connection
+        sync = conn.sync_connection
+        assert sync is not None  # set by connect()
+        sync.detach()
+    except BaseException:
+        await conn.close()
+        raise
     return conn, driver
