@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -15,6 +16,19 @@ from ._url import normalize_url
 
 T = TypeVar("T")
 
+# The drivers the async face runs on (D1); the sync face is psycopg only.
+ASYNC_DRIVERS = ("psycopg", "asyncpg")
+# Before 2.0.50 SQLAlchemy's asyncpg adapter let asyncpg's InternalClientError
+# (an operation cut off by a lost connection) through unwrapped and returned
+# the broken connection to the pool: Q30 does not hold there.
+ASYNCPG_MIN_SQLALCHEMY = (2, 0, 50)
+
+
+def sqlalchemy_version() -> tuple[int, ...]:
+    import sqlalchemy
+
+    return tuple(int(part) for part in re.findall(r"\d+", sqlalchemy.__version__)[:3])
+
 
 def check_engine(engine: object, expected: type, what: str) -> None:
     if not isinstance(engine, expected):
@@ -22,12 +36,31 @@ def check_engine(engine: object, expected: type, what: str) -> None:
     dialect = engine.dialect  # type: ignore[attr-defined]
     if dialect.name != "postgresql":
         raise ValueError(f"{what} needs a PostgreSQL engine, got dialect {dialect.name!r}")
-    # The store flips psycopg's own autocommit switch and the worker's
+    # The store flips psycopg's own autocommit switch and the sync worker's
     # listener speaks psycopg's LISTEN API: other drivers would half-work.
-    if dialect.driver != "psycopg":
+    # The async face also runs on asyncpg (D1): SQLAlchemy's adapter gives
+    # run_sync a sync-looking DBAPI connection, and the async worker's
+    # listener has an asyncpg path of its own.
+    allowed = ASYNC_DRIVERS if expected.__name__ == "AsyncEngine" else ("psycopg",)
+    too_old = sqlalchemy_version() < ASYNCPG_MIN_SQLALCHEMY
+    if dialect.driver == "asyncpg" and "asyncpg" in allowed and too_old:
+        import sqlalchemy
+
         raise ValueError(
-            f"{what} needs the psycopg 3 driver (postgresql+psycopg://...), "
-            f"got {dialect.name}+{dialect.driver}"
+            f"{what} on asyncpg needs SQLAlchemy >= 2.0.50 (older versions pool a "
+            f"connection an outage broke); found {sqlalchemy.__version__}: "
+            "pip install 'alkstore-sa[asyncpg]'"
+        )
+    if dialect.driver not in allowed:
+        if dialect.driver == "asyncpg":
+            raise ValueError(
+                f"{what} cannot drive asyncpg, an asyncio-only driver: use AsyncStore "
+                "for a postgresql+asyncpg engine, or a postgresql+psycopg engine here"
+            )
+        raise ValueError(
+            f"{what} needs the psycopg 3 driver (postgresql+psycopg://...)"
+            + (" or asyncpg (postgresql+asyncpg://...)" if len(allowed) > 1 else "")
+            + f", got {dialect.name}+{dialect.driver}"
         )
 
 
@@ -63,13 +96,29 @@ UNDEFINED_TABLE = "42P01"
 UNDEFINED_COLUMN = "42703"
 
 
+def sqlstate(error: BaseException | None) -> str | None:
+    """The SQLSTATE of a driver error, whichever the driver (D1).
+
+    psycopg's errors have ``sqlstate``; SQLAlchemy's asyncpg adapter wraps
+    asyncpg's error in a DBAPI-style one that has it too on SQLAlchemy 2.1
+    (``pgcode``/``sqlstate``), and always keeps asyncpg's own, which has
+    ``sqlstate``, as its ``__cause__``.
+    """
+    while error is not None:
+        state = getattr(error, "sqlstate", None)
+        if isinstance(state, str):
+            return state
+        error = error.__cause__
+    return None
+
+
 @contextmanager
 def schema_errors(schema: str) -> Iterator[None]:
     """A missing table or column means the migrations never ran, or are behind: say so."""
     try:
         yield
     except ProgrammingError as exc:
-        state = getattr(exc.orig, "sqlstate", None)
+        state = sqlstate(exc.orig)
         if state in (UNDEFINED_TABLE, UNDEFINED_COLUMN):
             what = (
                 f"no alkstore tables in schema {schema!r}"

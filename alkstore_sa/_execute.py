@@ -20,6 +20,12 @@ bound parameters and the same psycopg cursor call at the bottom:
   the engine says) and a dropped connection is invalidated in the pool just
   as ``exec_driver_sql`` would do it.
 
+On asyncpg (the async face's other driver, D1) every statement runs through
+``Connection.execute``: the pre-rendered text is psycopg's (its ``%(name)s``
+placeholders and binary array dumps), and SQLAlchemy's asyncpg adapter
+already prepares and caches each statement on the server, so the cursor path
+would have nothing left to skip.
+
 A statement the renderer cannot reproduce runs through ``Connection.execute``,
 and so does every statement when a private SQLAlchemy member the two shortcuts
 rely on is missing (``_sa_internals.py``, the only module that touches them).
@@ -32,6 +38,9 @@ parameter): the operations' reads (stats, listings, queue names) would then
 scan the whole table for every queue once five runs on a big queue made the
 generic plan look as cheap.  The claim and the handle statements are
 prepared as before (their custom plans stay far cheaper than a generic one).
+On asyncpg the same is done by preparing the statement afresh, outside the
+adapter's prepared-statement cache (``_sa_internals.asyncpg_unprepared``): a
+statement prepared once and run once always gets a custom plan.
 """
 
 from __future__ import annotations
@@ -42,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Executable
 
-from ._sa_internals import fast_path, raise_dbapi_error, unobserved
+from ._sa_internals import asyncpg_unprepared, fast_path, raise_dbapi_error, unobserved
 from ._sql._render import rendered
 
 if TYPE_CHECKING:
@@ -62,6 +71,11 @@ def fetch(
     custom_plan: bool = False,
 ) -> list[Row]:
     """Run ``stmt`` with ``params`` on ``conn``; every row it returns, as tuples."""
+    if conn.dialect.driver != "psycopg":
+        if custom_plan:
+            with asyncpg_unprepared(conn):
+                return _public(conn, address, stmt, params)
+        return _public(conn, address, stmt, params)
     if custom_plan:
         with _never_prepared(conn):
             return _fetch(conn, address, stmt, params)
@@ -85,13 +99,19 @@ def _fetch(
 ) -> list[Row]:
     text = rendered(stmt, conn.dialect, address.schema) if fast_path(conn) else None
     if text is None:
-        result = conn.execute(stmt, params, execution_options=address.execution_options)
-        return list(result.all())
+        return _public(conn, address, stmt, params)
     bound = text.params(params)
     dbapi = conn.connection.dbapi_connection
     if dbapi is not None and dbapi.autocommit and unobserved(conn):
         return _on_cursor(conn, dbapi, text.sql, bound)
     return list(conn.exec_driver_sql(text.sql, bound).all())
+
+
+def _public(
+    conn: Connection, address: StoreAddress, stmt: Executable, params: dict[str, Any]
+) -> list[Row]:
+    result = conn.execute(stmt, params, execution_options=address.execution_options)
+    return list(result.all())
 
 
 def _on_cursor(conn: Connection, dbapi: Any, sql: str, params: dict[str, Any]) -> list[Row]:

@@ -26,6 +26,13 @@ docs/benchmarks.md, "Round 3").  The private members, and why each:
 ``SQLCompiler._bind_processors``
     The type processors ``Connection.execute`` applies to each parameter;
     the renderer applies the same ones to the pre-rendered text's values.
+``AsyncAdapt_asyncpg_connection._prepared_statement_cache``
+    asyncpg only, and not the cursor path: the adapter's cache of server-side
+    prepared statements.  Set to ``None`` for one statement that must be
+    planned for its values (``_execute.py``, ``custom_plan``), so it is
+    prepared afresh and run once: always a custom plan.  Without it (another
+    SQLAlchemy, asyncpg not installed) such statements run cached, as every
+    other one does: the same results, possibly a generic plan.
 ``QueuePool._max_overflow``
     Not the cursor path: the worker sizes its connection use to the pool
     (``pool_capacity``), and only the overflow limit has no public reader.
@@ -54,7 +61,8 @@ the meaning, and CI runs them on the oldest and the newest SQLAlchemy.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -68,6 +76,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "REQUIRED",
+    "asyncpg_unprepared",
     "Kind",
     "Member",
     "bind_processors",
@@ -192,6 +201,26 @@ def bind_processors(compiled: SQLCompiler) -> dict[str, Callable[[Any], Any]] | 
             return None
         processors[name] = process
     return processors
+
+
+_ASYNCPG_CACHE = "_prepared_statement_cache"
+
+
+@contextmanager
+def asyncpg_unprepared(conn: Connection) -> Iterator[None]:
+    """Statements run inside are prepared afresh, not taken from (or put in) the
+    asyncpg adapter's cache; a no-op where the cache is not found."""
+    adapter = conn.connection.dbapi_connection
+    slot = inspect.getattr_static(type(adapter), _ASYNCPG_CACHE, None)
+    if slot is None or not hasattr(adapter, _ASYNCPG_CACHE):
+        yield
+        return
+    before = getattr(adapter, _ASYNCPG_CACHE)
+    setattr(adapter, _ASYNCPG_CACHE, None)
+    try:
+        yield
+    finally:
+        setattr(adapter, _ASYNCPG_CACHE, before)
 
 
 def pool_capacity(engine: Engine | AsyncEngine) -> int:

@@ -48,9 +48,16 @@ def require_psycopg(url: URL, *, source: str, who: str) -> URL:
     deep inside SQLAlchemy with a missing module or a greenlet error.
     """
     if url.drivername != "postgresql+psycopg":
+        # asyncpg serves AsyncStore/AsyncWorker in the application (D1), not here.
+        hint = (
+            " (asyncpg is for AsyncStore and AsyncWorker in your code; `alkstore worker` "
+            "takes it too)"
+            if url.drivername == "postgresql+asyncpg"
+            else ""
+        )
         raise ValueError(
             f"alkstore: {source} names the driver {url.drivername!r}, but {who} needs "
-            "psycopg 3: use a postgresql+psycopg:// URL (postgresql:// means the same)"
+            f"psycopg 3: use a postgresql+psycopg:// URL (postgresql:// means the same){hint}"
         )
     return url
 

@@ -31,7 +31,8 @@ AsyncSessionLike = AsyncSession | AsyncConnection
 
 
 class AsyncStore:
-    """A job store over an ``AsyncEngine`` (``postgresql+psycopg``) and one schema."""
+    """A job store over an ``AsyncEngine`` (``postgresql+psycopg`` or
+    ``postgresql+asyncpg``, D1) and one schema."""
 
     def __init__(self, engine: AsyncEngine, *, schema: str = DEFAULT_SCHEMA) -> None:
         _connect.check_engine(engine, AsyncEngine, "AsyncStore")
@@ -252,3 +253,25 @@ async def run_call(
 def queue_parts(queue: AsyncQueue) -> tuple[AsyncStore, QueueCore]:
     """The store behind ``queue`` and its I/O-free core (validated name, options, address)."""
     return queue._store, queue._core
+
+
+async def detached_connection(store: AsyncStore) -> tuple[AsyncConnection, Any]:
+    """A new connection of ``store``'s engine, taken out of its pool for good.
+
+    For the worker's asyncpg listener (D1): made as the pool makes its
+    connections (URL, ``connect_args``, ``creator``, ``do_connect`` hooks),
+    but never handed back, so its LISTEN registrations cannot leak into the
+    pool; closing it closes the driver connection.  Returned with the
+    driver's own connection object (read before the detach, which forgets it).
+    """
+    store._life.check_open()
+    conn = await store.engine.connect()
+    try:
+        driver = (await conn.get_raw_connection()).driver_connection
+        sync = conn.sync_connection
+        assert sync is not None  # set by connect()
+        sync.detach()
+    except BaseException:
+        await conn.close()
+        raise
+    return conn, driver

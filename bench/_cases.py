@@ -72,6 +72,43 @@ def e1_alkstore(db: Database, jobs: int, label: str) -> Figure:
     return Figure("E1", "alkstore", "1 job per transaction", jobs, seconds, cpu)
 
 
+def e1_async(db: Database, jobs: int, label: str, driver: str) -> Figure:
+    """E1 through ``AsyncStore`` on ``driver`` (D1: psycopg beside asyncpg, one run)."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from alkstore_sa import AsyncStore
+
+    async def go() -> tuple[float, dict[str, float]]:
+        engine = create_async_engine(db.async_url(driver), pool_size=2, max_overflow=0)
+        store = AsyncStore(engine)
+        q = store.queue("e1")
+        for _ in range(20):
+            await store.queue("bench-warmup").enqueue(PAYLOAD)
+        bar = Bar(label, jobs)
+        c0 = time.process_time()
+        t0 = time.perf_counter()
+        for _ in range(jobs):
+            await q.enqueue(PAYLOAD)
+            bar.advance()
+        seconds = time.perf_counter() - t0
+        cpu = _cpu_us_per_job(c0, jobs)
+        bar.close(rate=bar.done / seconds)
+        await engine.dispose()
+        return seconds, cpu
+
+    seconds, cpu = asyncio.run(go())
+    return Figure(
+        "E1", async_system(driver), "1 job per transaction, AsyncStore", jobs, seconds, cpu
+    )
+
+
+def async_system(driver: str) -> str:
+    """The figure's system for the async face on ``driver``."""
+    return "alkstore-async" if driver == "psycopg" else f"alkstore-{driver}"
+
+
 def _cpu_us_per_job(since: float, jobs: int) -> dict[str, float]:
     """This process's CPU time (every thread) per job since ``since`` (``process_time()``).
 

@@ -36,6 +36,10 @@ class Database:
         """A ``postgresql+psycopg`` SQLAlchemy URL for the bench database."""
         return self.server.url(self.name)
 
+    def async_url(self, driver: str) -> URL:
+        """The SQLAlchemy URL of an async engine on ``driver`` (psycopg or asyncpg, D1)."""
+        return self.sa_url().set(drivername=f"postgresql+{driver}")
+
     def dsn(self, dbname: str | None = None) -> str:
         """A libpq URI, understood by psycopg and asyncpg alike."""
         return self.server.dsn(dbname or self.name)

@@ -87,6 +87,43 @@ def _alk_loop(
     return (step if timed is None else timed_step), engine
 
 
+def _async_loop(
+    dsn_sa: str, queue: str, n: int, wid: str, timed: Timed | None = None
+) -> tuple[Callable[[], int], Any]:
+    """The same loop through ``AsyncStore`` (D1: its driver is ``dsn_sa``'s), each
+    step one ``run_until_complete`` on this process's own event loop."""
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    from alkstore_sa import AsyncStore
+
+    loop = asyncio.new_event_loop()
+    engine = create_async_engine(dsn_sa, pool_size=1, max_overflow=0)
+    store = AsyncStore(engine)
+    q = store.queue(queue)
+
+    async def warm() -> None:
+        w = store.queue("bench-warmup")
+        await w.claim_batch(wid, n)
+        await w.ack_batch([1])
+
+    async def astep() -> int:
+        handles = await q.claim_batch(wid, n)
+        if handles:
+            await q.ack_batch([h.id for h in handles])
+        return len(handles)
+
+    loop.run_until_complete(warm())
+
+    class Resource:
+        def dispose(self) -> None:
+            loop.run_until_complete(engine.dispose())
+            loop.close()
+
+    return (lambda: loop.run_until_complete(astep())), Resource()
+
+
 def _raw_loop(
     dsn: str, queue: str, n: int, wid: str, timed: Timed | None = None
 ) -> tuple[Callable[[], int], Any]:
@@ -121,7 +158,8 @@ def _child(
 ) -> None:
     wid = f"bench-{kind}-{idx}"
     claims: Timed | None = [] if timings else None
-    step, resource = (_alk_loop if kind == "alkstore" else _raw_loop)(dsn, queue, n, wid, claims)
+    make = {"alkstore": _alk_loop, "alkstore-async": _async_loop}.get(kind, _raw_loop)
+    step, resource = make(dsn, queue, n, wid, claims)
     ready.put(idx)
     go.wait()
     done = 0
@@ -134,7 +172,7 @@ def _child(
         counts[idx] = done
     t1 = time.perf_counter()
     out.put((idx, t0, t1, done, claims or []))
-    if kind == "alkstore":
+    if kind.startswith("alkstore"):
         resource.dispose()
     else:
         resource.close()
@@ -151,7 +189,8 @@ def drain(
     *,
     timings: bool = False,
 ) -> DrainResult:
-    """Run one drain; ``dsn`` is a SQLAlchemy URL for alkstore, a libpq URI for raw."""
+    """Run one drain; ``dsn`` is a SQLAlchemy URL for alkstore (``alkstore-async``:
+    an async one, of either driver), a libpq URI for raw."""
     ctx = mp.get_context("spawn")
     ready, out = ctx.Queue(), ctx.Queue()
     go = ctx.Event()

@@ -245,6 +245,22 @@ def references(figs: Figures) -> dict[str, float | None]:
     ):
         if a is not None:
             refs[name] = _ratio(a, b)
+    # D1: the async face on asyncpg over the same on psycopg, same run.
+    pairs = [
+        ("E1 AsyncStore asyncpg/psycopg (rate)", "E1", ""),
+        ("D1 n=10 AsyncStore asyncpg/psycopg (rate)", "D1", "n=10"),
+        ("D1 n=100 AsyncStore asyncpg/psycopg (rate)", "D1", "n=100"),
+        ("D2 AsyncWorker asyncpg/psycopg (rate)", "D2", ""),
+    ]
+    for name, case, shape in pairs:
+        apg = figs.find(case, "alkstore-asyncpg", shape)
+        if apg is not None:
+            refs[name] = _ratio(apg, figs.find(case, "alkstore-async", shape))
+    l1_apg, l1_pg = figs.find("L1", "alkstore-asyncpg"), figs.find("L1", "alkstore-async")
+    if l1_apg is not None and l1_pg is not None and l1_pg.extra.get("p50_ms"):
+        refs["L1 AsyncWorker p50 asyncpg/psycopg (latency)"] = (
+            l1_apg.extra["p50_ms"] / l1_pg.extra["p50_ms"]
+        )
     for shape in ("Worker c=10", "AsyncWorker c=10"):
         for cpu, what in ((False, "rate"), (True, "CPU/job")):
             ratios = b4_ratios(figs, shape, cpu)

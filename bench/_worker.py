@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from alkstore_sa import AsyncStore, Job, QueueOpts, Store
 from alkstore_sa.worker import AsyncWorker, Worker
 
-from ._cases import PAYLOAD, fill
+from ._cases import PAYLOAD, async_system, fill
 from ._db import Database
 from ._progress import Bar
 from ._report import Figure
@@ -158,15 +158,24 @@ def d2(
 
 
 def d2_async(
-    db: Database, jobs: int, label: str, *, prometheus: bool = False, case: str = "D2"
+    db: Database,
+    jobs: int,
+    label: str,
+    *,
+    prometheus: bool = False,
+    case: str = "D2",
+    driver: str = "psycopg",
 ) -> Figure:
-    """The same drain by an ``AsyncWorker`` with an async no-op handler (for reference)."""
+    """The same drain by an ``AsyncWorker`` with an async no-op handler (for reference);
+    ``driver``: its engine's (D1)."""
     fill(db, "d2", jobs)
     bar = Bar(label, jobs)
     counter = _Counter(jobs, bar)
 
     async def go() -> tuple[float, float, float]:
-        engine = create_async_engine(db.sa_url(), pool_size=CONCURRENCY + 4, max_overflow=4)
+        engine = create_async_engine(
+            db.async_url(driver), pool_size=CONCURRENCY + 4, max_overflow=4
+        )
         astore = AsyncStore(engine)
 
         async def noop(job: Job) -> None:
@@ -203,10 +212,12 @@ def d2_async(
         shape = f"AsyncWorker c={CONCURRENCY}"
         return Figure(case, system, shape, jobs, t1 - t0, {"cpu_us_per_job": cpu})
     shape = f"1 AsyncWorker, concurrency {CONCURRENCY}"
-    return Figure("D2", "alkstore-async", shape, jobs, t1 - t0, {"cpu_us_per_job": cpu})
+    return Figure("D2", async_system(driver), shape, jobs, t1 - t0, {"cpu_us_per_job": cpu})
 
 
-def l1(db: Database, samples: int, label: str, *, use_async: bool = False) -> Figure:
+def l1(
+    db: Database, samples: int, label: str, *, use_async: bool = False, driver: str = "psycopg"
+) -> Figure:
     """Enqueue -> handler start, one job at a time, wake path only.
 
     ``use_async``: an ``AsyncWorker`` with an async handler (its own loop in a
@@ -223,7 +234,7 @@ def l1(db: Database, samples: int, label: str, *, use_async: bool = False) -> Fi
         "handle_signals": False,
     }
     if use_async:
-        async_engine = create_async_engine(db.sa_url(), pool_size=CONCURRENCY + 4)
+        async_engine = create_async_engine(db.async_url(driver), pool_size=CONCURRENCY + 4)
 
         async def async_handler(job: Job) -> None:
             started.append(time.perf_counter())
@@ -285,7 +296,7 @@ def l1(db: Database, samples: int, label: str, *, use_async: bool = False) -> Fi
         "p50_after_commit_ms": statistics.median(x * 1000 for x in from_commit),
     }
     bar.close(note=f"p50 {extra['p50_ms']:.2f} ms, p99 {extra['p99_ms']:.2f} ms")
-    system, shape = ("alkstore-async", "AsyncWorker") if use_async else ("alkstore", "Worker")
+    system, shape = (async_system(driver), "AsyncWorker") if use_async else ("alkstore", "Worker")
     shape = f"enqueue -> {shape} handler start"
     return Figure("L1", system, shape, samples, sum(from_call), extra)
 

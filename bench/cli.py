@@ -287,9 +287,17 @@ def _plan(
 
         return run
 
+    # D1: the async face on each driver, side by side in this run (asyncpg
+    # when installed: the bench and asyncpg extras).
+    drivers = ["psycopg", "asyncpg"] if _asyncpg_installed() else ["psycopg"]
     if "E1" in only:
         add("E1 alkstore", fresh(lambda lb: _cases.e1_alkstore(db, s.e1, lb)))
         add("E1 raw psycopg", fresh(lambda lb: _cases.e1_raw(db, s.e1, lb)))
+        for drv in drivers:
+            add(
+                f"E1 AsyncStore {drv}",
+                fresh(lambda lb, d=drv: _cases.e1_async(db, s.e1, lb, d)),
+            )
     if "E2" in only:
         add("E2 alkstore", fresh(lambda lb: _cases.e2_alkstore(db, s.e2_batches, s.e2_size, lb)))
         add("E2 raw psycopg", fresh(lambda lb: _cases.e2_raw(db, s.e2_batches, s.e2_size, lb)))
@@ -312,9 +320,18 @@ def _plan(
         for n in (10, 100):
             add(f"D1 alkstore n={n}", fresh(lambda lb, n=n: _d1(db, s, "D1", "alkstore", n, lb)))
             add(f"D1 raw n={n}", fresh(lambda lb, n=n: _d1(db, s, "D1", "raw-psycopg", n, lb)))
+            for drv in drivers:
+                add(
+                    f"D1 AsyncStore {drv} n={n}",
+                    fresh(lambda lb, n=n, d=drv: _d1(db, s, "D1", "alkstore-async", n, lb, d)),
+                )
     if "D2" in only:
         add("D2 alkstore Worker", fresh(lambda lb: _worker.d2(db, s.drain, lb)))
-        add("D2 alkstore AsyncWorker", fresh(lambda lb: _worker.d2_async(db, s.drain, lb)))
+        for drv in drivers:
+            add(
+                f"D2 alkstore AsyncWorker {drv}",
+                fresh(lambda lb, d=drv: _worker.d2_async(db, s.drain, lb, driver=d)),
+            )
         add(
             f"D2 alkstore Worker c={_worker.PGQ_IN_FLIGHT}",
             fresh(lambda lb: _worker.d2(db, s.drain, lb, _worker.PGQ_IN_FLIGHT)),
@@ -339,10 +356,11 @@ def _plan(
                 )
     if "L1" in only:
         add("L1 alkstore wake latency", fresh(lambda lb: _worker.l1(db, s.l1, lb)))
-        add(
-            "L1 alkstore AsyncWorker",
-            fresh(lambda lb: _worker.l1(db, s.l1, lb, use_async=True)),
-        )
+        for drv in drivers:
+            add(
+                f"L1 alkstore AsyncWorker {drv}",
+                fresh(lambda lb, d=drv: _worker.l1(db, s.l1, lb, use_async=True, driver=d)),
+            )
     if "S1" in only:
         first = True
         for n in (10, 100):
@@ -421,13 +439,31 @@ _SHAPES = {
 }
 
 
-def _d1(db: _db.Database, s: Sizes, case: str, system: str, n: int, label: str) -> Any:
+def _asyncpg_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("asyncpg") is not None
+
+
+def _d1(
+    db: _db.Database,
+    s: Sizes,
+    case: str,
+    system: str,
+    n: int,
+    label: str,
+    driver: str = "psycopg",
+) -> Any:
     queue = case.lower()
     _cases.fill(db, queue, s.drain)
     _db.vacuum(db, "alkstore.jobs")
     if system == "alkstore":
         dsn = db.sa_url().render_as_string(hide_password=False)
         kind = "alkstore"
+    elif system == "alkstore-async":  # D1: the async face, on ``driver``
+        dsn = db.async_url(driver).render_as_string(hide_password=False)
+        kind = "alkstore-async"
+        system = _cases.async_system(driver)
     else:
         dsn = db.dsn()
         kind = "raw"

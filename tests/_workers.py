@@ -20,7 +20,10 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from alkstore_sa import AsyncStore, AsyncWorker, Store, Worker
 
-KINDS = ["sync", "async"]
+from . import _drivers
+
+# "sync", then the async face on each driver under test ("async" = psycopg).
+KINDS = ["sync", *_drivers.ASYNC_FACES]
 
 
 class Running:
@@ -69,7 +72,7 @@ def start_worker(
                 engine.dispose()
 
     else:
-        aengine = create_async_engine(database_url, **engine_kw)
+        aengine = create_async_engine(_drivers.async_url(database_url, kind), **engine_kw)
         store = AsyncStore(aengine)
         worker = build(store)
 

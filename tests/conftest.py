@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from alkstore_sa import AsyncStore, Store
 from alkstore_sa.migrations._config import alembic_config
 
-from . import _api, _pg
+from . import _api, _drivers, _pg
 
 ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count()
@@ -99,17 +99,20 @@ def store(engine: Engine) -> Iterator[Store]:
         yield s
 
 
-@pytest.fixture(params=["sync", "async"])
+@pytest.fixture(params=["sync", *_drivers.ASYNC_FACES])
 def qs(request: pytest.FixtureRequest, database_url: URL, engine: Engine) -> Iterator[Any]:
     """The store under test, for both APIs: ``Store``, or ``AsyncStore`` seen through
     a blocking adapter (``tests/_api.py``).  Rule tests take this fixture so each
-    rule is pinned once and checked against both faces."""
+    rule is pinned once and checked against both faces -- and the async face on
+    each driver ``ALKSTORE_TEST_DRIVERS`` names (``tests/_drivers.py``, D1)."""
     if request.param == "sync":
         with Store(engine) as s:
             yield s
         return
     loop = _api.LoopThread()
-    async_engine = create_async_engine(database_url, pool_size=20, max_overflow=20)
+    async_engine = create_async_engine(
+        _drivers.async_url(database_url, request.param), pool_size=20, max_overflow=20
+    )
     astore = AsyncStore(async_engine)
     try:
         yield _api.SyncView(astore, loop)

@@ -203,9 +203,11 @@ def test_q7_pg_notify_channel_is_a_bound_parameter(qs: Any, spy: SqlSpy) -> None
     assert len(notifies) == 2
     for statement, params in notifies:
         [call] = re.findall(r"pg_notify\(([^,]*),", statement)
-        bound = re.fullmatch(r"%\((\w+)\)s(::\w+)?", call.strip())
+        # psycopg's named placeholders, or asyncpg's numbered ones (D1).
+        bound = re.fullmatch(r"(?:%\((\w+)\)s|\$(\d+))(::\w+)?", call.strip())
         assert bound, f"pg_notify's channel is not a parameter: {call!r}"
-        assert params[bound.group(1)] == q.channel
+        name, number = bound.group(1), bound.group(2)
+        assert (params[name] if name else params[int(number) - 1]) == q.channel
 
 
 def test_q7_hostile_queue_name_reaches_pg_notify_only_as_a_parameter(qs: Any, spy: SqlSpy) -> None:

@@ -215,7 +215,14 @@ def test_privileges_worker_runtime_runs_under_the_worker_role(kind: str, roles: 
             {store.queue("runtime"): handler(kind, work)}, poll_interval=0.2, handle_signals=False
         )
 
-    running = start_worker(kind, roles.worker_url, build)
+    if kind == "asyncpg":
+        # asyncpg takes no libpq ``options``: the role goes in its server_settings.
+        url = roles.worker_url.difference_update_query(["options"])
+        role = roles.worker_url.query["options"].removeprefix("-c role=")
+        kw: dict[str, Any] = {"connect_args": {"server_settings": {"role": role}}}
+        running = start_worker(kind, url, build, **kw)
+    else:
+        running = start_worker(kind, roles.worker_url, build)
     q = roles.owner.queue("runtime")
     try:
         wait_for(lambda: all(q.get_job(i) is None for i in ids[:5]), timeout=15)

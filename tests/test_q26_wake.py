@@ -162,7 +162,8 @@ def test_q26_listener_connects_as_the_engine_does_with_connect_args(
     # The URL names a database that does not exist; create_engine's
     # connect_args name the real one, so only the engine knows where to go.
     wrong = database_url.set(database="alkstore_no_such_database")
-    real = {"dbname": database_url.database}
+    # (asyncpg spells libpq's dbname "database".)
+    real = {"database" if kind == "asyncpg" else "dbname": database_url.database}
     _first_job_arrives(kind, wrong, store, "via_args", connect_args=real)
 
 

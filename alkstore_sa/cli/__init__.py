@@ -443,7 +443,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             from ._demo import cmd_demo
 
             return cmd_demo(args, resolve_url(url_option, required=False), schema)
-        database = resolve_url(url_option)
+        database = resolve_url(url_option, asyncpg_ok=args.command == "worker")
         assert database is not None  # required=True raises instead of returning None
         return _command(args.command)(args, database, schema)
     except CliError as exc:

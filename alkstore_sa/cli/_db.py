@@ -43,6 +43,9 @@ class Database:
 
     url: URL
     source: str
+    # What the user's module gets (``alkstore worker``): the URL as given when
+    # it named asyncpg, which the CLI itself reaches through psycopg (D1).
+    app_url: URL | None = None
 
     def engine(self) -> Engine:
         # A CLI command needs one connection: the probe's, handed back and reused.
@@ -52,8 +55,16 @@ class Database:
         return create_engine(self.url, pool_size=1, max_overflow=2, connect_args=connect_args)
 
 
-def resolve_url(option: str | None, *, required: bool = True) -> Database | None:
-    """``--database-url`` if given, else ``ALKSTORE_DATABASE_URL``."""
+def resolve_url(
+    option: str | None, *, required: bool = True, asyncpg_ok: bool = False
+) -> Database | None:
+    """``--database-url`` if given, else ``ALKSTORE_DATABASE_URL``.
+
+    ``asyncpg_ok`` (``alkstore worker``): a ``postgresql+asyncpg`` URL is taken
+    -- the user's module gets it as given, for its ``AsyncStore`` (D1) -- and
+    the CLI's own connections (the preflight, the metrics) use the same
+    database through psycopg.
+    """
     if option is not None:
         raw, source = option, "--database-url"
     else:
@@ -68,6 +79,8 @@ def resolve_url(option: str | None, *, required: bool = True) -> Database | None
         )
     try:
         url = normalize_url(raw.strip(), source=source)
+        if asyncpg_ok and url.drivername == "postgresql+asyncpg":
+            return Database(url.set(drivername="postgresql+psycopg"), source, app_url=url)
         return Database(require_psycopg(url, source=source, who="the alkstore command"), source)
     except ValueError as exc:  # make_url's own ValueErrors (a bad port) land here too
         message = str(exc)
@@ -107,5 +120,6 @@ def export_to_environment(database: Database, schema: str) -> None:
     ``alkstore worker`` and ``--app`` import the application's code, which
     typically builds its own Store from these variables.
     """
-    os.environ[ENV_VAR] = database.url.render_as_string(hide_password=False)
+    url = database.app_url or database.url
+    os.environ[ENV_VAR] = url.render_as_string(hide_password=False)
     os.environ[SCHEMA_VAR] = schema

@@ -20,8 +20,8 @@ from .._job import Job, SweepResult
 from .._ops import Released, Retried, Vacuumed
 from ..aio import AsyncQueue, AsyncStore, queue_parts, run_call
 from ._handlers import HandlerSpec, awaited_in, called_in
-from ._listener import listen, listen_conninfo
-from ._port import ClaimKey
+from ._listener import listen, listen_asyncpg, listen_conninfo
+from ._port import ClaimKey, QueuePort
 from ._state import QueueBinding
 from ._threads import RunLanes
 
@@ -38,7 +38,19 @@ class AsyncBackend:
         store, core = queue_parts(queue)
         return QueueBinding(core, handler, AsyncQueuePort(self, store, core, handler))
 
-    listen = staticmethod(listen)  # the one implementation, in _listener
+    async def listen(
+        self,
+        port: QueuePort,
+        application_name: str,
+        channels: Sequence[str],
+        wake: Callable[[str], None],
+        on_listening: Callable[[bool], None],
+    ) -> None:
+        """psycopg's listener, or asyncpg's on an asyncpg engine (D1); both in _listener."""
+        if isinstance(port, AsyncQueuePort) and port.asyncpg_store is not None:
+            await listen_asyncpg(port.asyncpg_store, application_name, channels, wake, on_listening)
+        else:
+            await listen(port, application_name, channels, wake, on_listening)
 
     def close(self) -> None:
         self.lanes.close(db_wait=0.0)
@@ -58,6 +70,11 @@ class AsyncQueuePort:
     @property
     def listen_group(self) -> Hashable:
         return id(self._store.engine)
+
+    @property
+    def asyncpg_store(self) -> AsyncStore | None:
+        """The store, when its engine speaks asyncpg: it listens the asyncpg way (D1)."""
+        return self._store if self._store.engine.dialect.driver == "asyncpg" else None
 
     async def claim(self, worker_id: str, n: int) -> list[Job]:
         call = self._core.claim(worker_id, n)

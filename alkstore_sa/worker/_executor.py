@@ -27,12 +27,14 @@ import inspect
 import logging
 from collections.abc import Awaitable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import TypeVar
 
 from .. import _validate as v
 from .._core import HandleCore
 from .._errors import FailJob, HandleSpentError, RetryJob
 from .._job import Job
+from .._opts import QueueOpts
 from .._stamps import backoff_delay
 from ._completer import Completer
 from ._handlers import exception_text, stored_error
@@ -42,7 +44,7 @@ from ._state import QueueState, RunState, Slot
 
 R = TypeVar("R")
 
-__all__ = ["Executor", "consume_outcome"]
+__all__ = ["Executor", "Failure", "consume_outcome", "failure_of"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
@@ -186,18 +188,12 @@ class Executor:
         # (e.g. the commit failed) spent the handle; the claim is the same.
         handle = HandleCore(qs.binding.core, slot.job) if slot.handle.spent else slot.handle
         trace = traceback_text(exc)
-        if isinstance(exc, FailJob):
-            text = stored_error(exc.error)
-            if await self._record(qs, slot, "fail", qs.port.fail(handle, text, trace)):
-                self._report.dead(qs, slot, text, exc)
+        failed = failure_of(qs.binding.core.opts, slot.job, exc)
+        if failed.dead:
+            if await self._record(qs, slot, "fail", qs.port.fail(handle, failed.error, trace)):
+                self._report.dead(qs, slot, failed.error, exc)
             return
-        if isinstance(exc, RetryJob):
-            text = stored_error(exc.error)
-            delay = self._delay(qs, slot.job, _retry_delay(slot.job, exc.delay))
-        else:
-            text = exception_text(exc)
-            delay = self._delay(qs, slot.job, None)
-        await self._retry(qs, slot, handle, text, delay, exc, trace)
+        await self._retry(qs, slot, handle, failed.error, failed.delay, exc, trace)
 
     async def _retry(
         self,
@@ -307,6 +303,31 @@ def _nested(scopes: list[AbstractContextManager[object]]) -> Iterator[None]:
         for scope in scopes:
             stack.enter_context(scope)
         yield
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What a handler's exception asks for: dead-lettered now (``FailJob``), or a
+    retry after ``delay`` seconds (which the database turns into a dead letter
+    when it was the last attempt, Q18)."""
+
+    dead: bool
+    error: str | None
+    delay: float
+
+
+def failure_of(opts: QueueOpts, job: Job, exc: BaseException) -> Failure:
+    """The rule for a handler that raised (Q27), in one place: the worker's
+    executor and ``alkstore_sa.testing.run_due`` both apply it."""
+    if isinstance(exc, FailJob):
+        return Failure(True, stored_error(exc.error), 0.0)
+    if isinstance(exc, RetryJob):
+        asked = _retry_delay(job, exc.delay)
+        text = stored_error(exc.error)
+    else:
+        asked, text = None, exception_text(exc)
+    delay = backoff_delay(opts, job.attempts) if asked is None else asked
+    return Failure(False, text, delay)
 
 
 def _retry_delay(job: Job, delay: object) -> float | None:

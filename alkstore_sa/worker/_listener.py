@@ -1,4 +1,4 @@
-"""The listener: one dedicated autocommit psycopg connection that LISTENs.
+"""The listener: one dedicated connection that LISTENs (psycopg, or asyncpg for D1).
 
 It is not taken from the SQLAlchemy pool: a pooled connection would carry
 its LISTEN registrations back into the pool, and ``notifies()`` holds the
@@ -15,6 +15,15 @@ URL, ``create_engine(connect_args=...)``, a ``creator`` or a ``do_connect``
 hook reach the listener as they reach the pool.  (A short-lived password,
 such as a cloud IAM token, is the one of the pooled connection it reads:
 give such a pool a ``pool_recycle`` shorter than the token's life.)
+
+On an ``AsyncStore`` over asyncpg (D1) the connection is one the engine
+makes for the purpose and detaches from its pool at once (``aio.
+detached_connection``): the same hooks reach it, and its LISTEN never goes
+back to the pool.  It listens through asyncpg's own API (``add_listener``,
+whose callbacks the connection runs on the loop as notifications arrive;
+``add_termination_listener`` says when it is gone).  The loop around it --
+the wake-every-queue after each (re)LISTEN, the backoff, the liveness probe
+-- is the same ``_ListenLoop``.
 """
 
 from __future__ import annotations
@@ -23,16 +32,21 @@ import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from sqlalchemy import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from ._port import QueuePort
+from ._state import reraise_if_cancelled
 
-__all__ = ["Listener", "listen", "listen_conninfo"]
+if TYPE_CHECKING:
+    from ..aio import AsyncStore
+
+__all__ = ["AsyncpgListener", "Listener", "listen", "listen_asyncpg", "listen_conninfo"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
@@ -58,25 +72,24 @@ def listen_conninfo(conn: Connection, *, application_name: str) -> str:
     return make_conninfo(info.dsn, application_name=application_name[:63], **extra)
 
 
-class Listener:
+class _ListenLoop:
     """LISTENs on ``channels`` and calls ``wake(channel)`` for each notification.
 
     ``on_listening(True)`` runs after every successful (re)LISTEN,
-    ``on_listening(False)`` when an established LISTEN is lost.
+    ``on_listening(False)`` when an established LISTEN is lost.  A subclass
+    says how to connect and listen (``_listen_once``) and how to let go
+    (``_close``); the reconnecting loop is this one.
     """
 
     def __init__(
         self,
-        conninfo: Callable[[], Awaitable[str]],
         channels: list[str],
         wake: Callable[[str], None],
         on_listening: Callable[[bool], None],
     ) -> None:
-        self._conninfo = conninfo  # where to connect, asked for before each connect
         self._channels = channels
         self._wake = wake
         self._on_listening = on_listening
-        self._conn: psycopg.AsyncConnection[Any] | None = None
         self._established = 0  # how many times LISTEN was established (for the logs)
         self._listening = False
 
@@ -92,6 +105,7 @@ class Listener:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any driver or OS error: reconnect
+                reraise_if_cancelled(exc)
                 what = "connection lost" if self._listening else "cannot connect"
                 log.warning("listener %s: %s; reconnecting in %.2fs", what, exc, delay)
             finally:
@@ -104,11 +118,7 @@ class Listener:
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_CAP)
 
-    async def _listen_once(self) -> None:
-        conn = await psycopg.AsyncConnection.connect(await self._conninfo(), autocommit=True)
-        self._conn = conn
-        for channel in self._channels:
-            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+    def _established_now(self) -> None:
         self._established += 1
         self._listening = True
         if self._established > 1:
@@ -116,6 +126,34 @@ class Listener:
         else:
             log.debug("listener up; LISTEN on %s", ", ".join(self._channels))
         self._on_listening(True)
+
+    async def _listen_once(self) -> None:
+        raise NotImplementedError
+
+    async def _close(self) -> None:
+        raise NotImplementedError
+
+
+class Listener(_ListenLoop):
+    """The psycopg listener: its own autocommit connection to ``conninfo()``."""
+
+    def __init__(
+        self,
+        conninfo: Callable[[], Awaitable[str]],
+        channels: list[str],
+        wake: Callable[[str], None],
+        on_listening: Callable[[bool], None],
+    ) -> None:
+        super().__init__(channels, wake, on_listening)
+        self._conninfo = conninfo  # where to connect, asked for before each connect
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def _listen_once(self) -> None:
+        conn = await psycopg.AsyncConnection.connect(await self._conninfo(), autocommit=True)
+        self._conn = conn
+        for channel in self._channels:
+            await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        self._established_now()
         while True:
             async for note in conn.notifies(timeout=LIVENESS_INTERVAL):
                 self._wake(note.channel)
@@ -128,6 +166,67 @@ class Listener:
                 await conn.close()
             except Exception:  # already broken: nothing to tidy
                 log.debug("listener close failed", exc_info=True)
+
+
+class AsyncpgListener(_ListenLoop):
+    """The asyncpg listener (D1): a connection of ``store``'s engine, out of its pool."""
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        application_name: str,
+        channels: list[str],
+        wake: Callable[[str], None],
+        on_listening: Callable[[bool], None],
+    ) -> None:
+        super().__init__(channels, wake, on_listening)
+        self._store = store
+        self._application_name = application_name[:63]
+        self._conn: AsyncConnection | None = None
+
+    async def _listen_once(self) -> None:
+        from ..aio import detached_connection
+
+        self._conn, driver = await detached_connection(self._store)
+        lost = asyncio.Event()
+        driver.add_termination_listener(lambda _conn: lost.set())
+        # The worker's own name, as the psycopg listener has it (pg_stat_activity).
+        await driver.execute(
+            "SELECT set_config('application_name', $1, false)", self._application_name
+        )
+        for channel in self._channels:
+            # asyncpg quotes the channel as an identifier itself.
+            await driver.add_listener(channel, self._notified)
+        self._established_now()
+        while True:
+            try:
+                await asyncio.wait_for(lost.wait(), LIVENESS_INTERVAL)
+            except TimeoutError:
+                await driver.execute("SELECT 1")
+                continue
+            raise ConnectionError("the LISTEN connection was closed")
+
+    def _notified(self, _conn: object, _pid: int, channel: str, _payload: str) -> None:
+        self._wake(channel)
+
+    async def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()  # detached: closes the asyncpg connection itself
+            except Exception:  # already broken: nothing to tidy
+                log.debug("listener close failed", exc_info=True)
+
+
+async def listen_asyncpg(
+    store: AsyncStore,
+    application_name: str,
+    channels: Sequence[str],
+    wake: Callable[[str], None],
+    on_listening: Callable[[bool], None],
+) -> None:
+    """The asyncpg ``Backend.listen``: an ``AsyncpgListener`` until cancelled."""
+    await AsyncpgListener(store, application_name, list(channels), wake, on_listening).run()
 
 
 async def listen(

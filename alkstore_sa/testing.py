@@ -1,0 +1,307 @@
+"""Helpers for your own tests (D2): run due jobs now, list pending ones.
+
+``run_due(target)`` runs every due job of a queue (its handler given as
+``handler=``) or of a worker (its queues and handlers), in the calling
+thread, until no job is due, and says what became of each; no worker
+runtime, no LISTEN, no timers::
+
+    report = run_due(emails, handler=send_email)
+    assert report.acked == [job_id]
+
+    report = run_due(worker)            # the Worker's own queues and handlers
+
+For an ``AsyncQueue`` or an ``AsyncWorker`` the same call returns a
+coroutine: ``report = await run_due(worker)``, run on the caller's event
+loop (a plain sync handler of an ``AsyncWorker`` runs in a thread, as the
+worker runs it).  ``enqueued(queue)`` likewise: a list, or a coroutine for
+an ``AsyncQueue``.
+
+The outcomes follow the worker's rules exactly, through the worker's own
+code: a handler that returns is acked; ``FailJob`` dead-letters; ``RetryJob``
+and any other exception retry on the queue's curve (or the asked delay),
+the last attempt dead-lettering instead (``worker._executor.failure_of``
+and the handle's retry); a session-scoped handler's writes commit with its
+ack (the worker backends' own session call, Q28).
+
+"Until no job is due" includes jobs the handlers enqueue, and retries that
+are due at once: ``RetryJob(delay=0)``, or a first retry on the default
+curve (``retry_base=1`` draws the first delay from 0-1 s, Q17).  Such a job
+runs again in the same call until it succeeds or runs out of attempts --
+as a real worker would run it.  To see one retry in a report, give the
+queue ``retry_base=2`` or more (a first delay of 1-2 s), or pass
+``limit=`` (at most that many handler runs).  Jobs run one at a time, each
+claimed with ``claim_batch(worker_id, 1)`` under the worker id
+``alkstore-testing``, in claim order (Q9), queue after queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+from ._core import HandleCore, QueueCore
+from ._job import Job
+from .aio import AsyncQueue, AsyncStore
+from .aio import queue_parts as async_queue_parts
+from .aio import run_call as async_run_call
+from .store import Queue, Store, queue_parts, run_call
+from .worker import AsyncWorker, Worker
+from .worker._async_backend import _session_call as async_session_call
+from .worker._executor import failure_of
+from .worker._handlers import HandlerSpec, inspect_handler, returned_awaitable
+from .worker._outcomes import traceback_text
+from .worker._sync_backend import _session_call as sync_session_call
+
+__all__ = ["WORKER_ID", "RunReport", "enqueued", "run_due"]
+
+WORKER_ID = "alkstore-testing"
+# enqueued() pages through pending jobs this many at a time (jobs()' maximum).
+_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """What ``run_due`` did: the job ids by outcome, in the order they ran.
+
+    A job retried and then run again in the same call appears once per run
+    (``retried`` first, then ``acked`` or ``dead``).  ``lost``: runs whose
+    outcome the database refused because the claim was gone (the handler
+    cancelled its own job, say).  ``errors``: the exception each failed run
+    raised, by job id (the last one, for a job that failed more than once).
+    """
+
+    acked: list[int] = field(default_factory=list)
+    retried: list[int] = field(default_factory=list)
+    dead: list[int] = field(default_factory=list)
+    lost: list[int] = field(default_factory=list)
+    errors: dict[int, BaseException] = field(default_factory=dict)
+
+    @property
+    def runs(self) -> int:
+        """How many handler runs there were."""
+        return len(self.acked) + len(self.retried) + len(self.dead) + len(self.lost)
+
+
+SyncTarget = Queue | Worker
+AsyncTarget = AsyncQueue | AsyncWorker
+
+
+@overload
+def run_due(
+    target: SyncTarget, *, limit: int | None = None, handler: Callable[..., Any] | None = None
+) -> RunReport: ...
+
+
+@overload
+def run_due(
+    target: AsyncTarget, *, limit: int | None = None, handler: Callable[..., Any] | None = None
+) -> Coroutine[Any, Any, RunReport]: ...
+
+
+def run_due(
+    target: SyncTarget | AsyncTarget,
+    *,
+    limit: int | None = None,
+    handler: Callable[..., Any] | None = None,
+) -> RunReport | Coroutine[Any, Any, RunReport]:
+    """Run every due job of ``target`` now and report the outcomes.
+
+    ``target``: a ``Queue`` with ``handler=``, or a ``Worker`` (its queues
+    and handlers; ``handler=`` is refused).  An ``AsyncQueue`` or
+    ``AsyncWorker`` gives a coroutine to await.  ``limit``: at most this many
+    handler runs (None: until no job is due).  Everything is checked before
+    the first claim.
+    """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"run_due: limit must be an int >= 0 or None, got {limit!r}")
+    pairs = _pairs(target, handler)
+    if isinstance(target, AsyncQueue | AsyncWorker):
+        return _run_async(pairs, limit)
+    return _run_sync(pairs, limit)
+
+
+def _pairs(target: object, handler: Callable[..., Any] | None) -> list[tuple[Any, HandlerSpec]]:
+    """``target`` as (queue, handler) pairs, validated as the worker validates them.
+
+    The one place that knows the kinds of target: a ``Tasks`` registry (T2)
+    becomes another branch here, giving its queue(s) with the registry's
+    dispatching handler.
+    """
+    if isinstance(target, Worker | AsyncWorker):
+        if handler is not None:
+            raise TypeError("run_due: a worker brings its own handlers; do not pass handler=")
+        return list(target._queues)
+    if isinstance(target, Queue | AsyncQueue):
+        if handler is None:
+            raise TypeError(f"run_due: queue {target.name!r} needs handler=")
+        spec = inspect_handler(handler, f"run_due queue {target.name!r}")
+        if isinstance(target, Queue) and spec.is_async:
+            raise TypeError(
+                f"run_due: handler {spec.name} is async; a Queue's handler must be sync "
+                "(use an AsyncQueue and await run_due)"
+            )
+        if isinstance(target, AsyncQueue) and spec.wants_session and not spec.is_async:
+            raise TypeError(
+                f"run_due: session-scoped handler {spec.name} of an AsyncQueue must be async "
+                "(it gets an AsyncSession)"
+            )
+        return [(target, spec)]
+    raise TypeError(
+        "run_due takes a Queue or AsyncQueue (with handler=) or a Worker or AsyncWorker, "
+        f"got {type(target).__name__}"
+    )
+
+
+class _Tally:
+    def __init__(self, limit: int | None) -> None:
+        self.report = RunReport()
+        self._left = limit
+
+    def more(self) -> bool:
+        return self._left is None or self._left > 0
+
+    def ran(self) -> None:
+        if self._left is not None:
+            self._left -= 1
+
+    def record(self, job_id: int, outcome: str | None, exc: BaseException | None) -> None:
+        if exc is not None:
+            self.report.errors[job_id] = exc
+        {
+            "acked": self.report.acked,
+            "retried": self.report.retried,
+            "dead": self.report.dead,
+        }.get(outcome or "lost", self.report.lost).append(job_id)
+
+
+def _run_sync(pairs: list[tuple[Any, HandlerSpec]], limit: int | None) -> RunReport:
+    tally = _Tally(limit)
+    ran_any = True
+    while ran_any and tally.more():  # passes over the queues until none had a due job
+        ran_any = False
+        for queue, spec in pairs:
+            store, core = queue_parts(queue)
+            while tally.more():
+                call = core.claim(WORKER_ID, 1)
+                jobs = [] if call is None else run_call(store, call)
+                if not jobs:
+                    break
+                ran_any = True
+                tally.ran()
+                _run_one_sync(store, core, spec, jobs[0], tally)
+    return tally.report
+
+
+def _run_one_sync(
+    store: Store, core: QueueCore, spec: HandlerSpec, job: Job, tally: _Tally
+) -> None:
+    handle = HandleCore(core, job)
+    try:
+        if spec.wants_session:
+            acked = sync_session_call(store, spec, handle)
+        else:
+            result = spec.fn(job)
+            if inspect.isawaitable(result):
+                raise returned_awaitable(spec, result)
+            acked = run_call(store, handle.ack())
+    except Exception as exc:
+        # A session handler whose ack landed but whose commit failed spent the
+        # handle; the claim is the same one (as the executor does it).
+        handle = HandleCore(core, job) if handle.spent else handle
+        failed = failure_of(core.opts, job, exc)
+        trace = traceback_text(exc)
+        if failed.dead:
+            done = run_call(store, handle.fail(failed.error, traceback=trace))
+            tally.record(job.id, "dead" if done else None, exc)
+        else:
+            outcome = run_call(store, handle.retry(failed.error, failed.delay, traceback=trace))
+            tally.record(job.id, outcome, exc)
+        return
+    tally.record(job.id, "acked" if acked else None, None)
+
+
+async def _run_async(pairs: list[tuple[Any, HandlerSpec]], limit: int | None) -> RunReport:
+    tally = _Tally(limit)
+    ran_any = True
+    while ran_any and tally.more():
+        ran_any = False
+        for queue, spec in pairs:
+            store, core = async_queue_parts(queue)
+            while tally.more():
+                call = core.claim(WORKER_ID, 1)
+                jobs = [] if call is None else await async_run_call(store, call)
+                if not jobs:
+                    break
+                ran_any = True
+                tally.ran()
+                await _run_one_async(store, core, spec, jobs[0], tally)
+    return tally.report
+
+
+async def _run_one_async(
+    store: AsyncStore, core: QueueCore, spec: HandlerSpec, job: Job, tally: _Tally
+) -> None:
+    handle = HandleCore(core, job)
+    try:
+        if spec.wants_session:
+            acked = await async_session_call(store, spec, handle)
+        else:
+            if spec.is_async:
+                result = await spec.fn(job)
+            else:  # as the AsyncWorker runs a plain sync handler: in a thread
+                result = await asyncio.to_thread(spec.fn, job)
+                if inspect.isawaitable(result):
+                    await result
+            acked = await async_run_call(store, handle.ack())
+    except Exception as exc:
+        handle = HandleCore(core, job) if handle.spent else handle
+        failed = failure_of(core.opts, job, exc)
+        trace = traceback_text(exc)
+        if failed.dead:
+            done = await async_run_call(store, handle.fail(failed.error, traceback=trace))
+            tally.record(job.id, "dead" if done else None, exc)
+        else:
+            outcome = await async_run_call(
+                store, handle.retry(failed.error, failed.delay, traceback=trace)
+            )
+            tally.record(job.id, outcome, exc)
+        return
+    tally.record(job.id, "acked" if acked else None, None)
+
+
+@overload
+def enqueued(queue: Queue) -> list[Job]: ...
+
+
+@overload
+def enqueued(queue: AsyncQueue) -> Coroutine[Any, Any, list[Job]]: ...
+
+
+def enqueued(queue: Queue | AsyncQueue) -> list[Job] | Coroutine[Any, Any, list[Job]]:
+    """Every pending job of ``queue`` (due or not), oldest first (by id).
+
+    A coroutine for an ``AsyncQueue``.  Claimed (``processing``) and dead
+    jobs are not listed: ``queue.jobs(status)`` has them.
+    """
+    if isinstance(queue, AsyncQueue):
+        return _enqueued_async(queue)
+    if not isinstance(queue, Queue):
+        raise TypeError(f"enqueued takes a Queue or AsyncQueue, got {type(queue).__name__}")
+    found: list[Job] = []
+    before: int | None = None
+    while page := queue.jobs("pending", limit=_PAGE, before=before):
+        found.extend(page)
+        before = page[-1].id
+    return found[::-1]
+
+
+async def _enqueued_async(queue: AsyncQueue) -> list[Job]:
+    found: list[Job] = []
+    before: int | None = None
+    while page := await queue.jobs("pending", limit=_PAGE, before=before):
+        found.extend(page)
+        before = page[-1].id
+    return found[::-1]
