@@ -63,6 +63,7 @@ class FakeDB:
     expired: set[int] = field(default_factory=set)  # ids whose expires_at has passed
     paused: bool = False  # O4: claims get nothing
     schema_missing: bool = False  # B5: check_schema raises SchemaMissingError
+    outcomes: list[tuple[int, int, int]] = field(default_factory=list)  # W2 tallies flushed
 
     def now(self) -> float:
         return self.loop.time()
@@ -227,6 +228,9 @@ class FakePort:
 
     async def listen_conninfo(self, application_name: str) -> str:
         return ""
+
+    async def record_outcomes(self, acked: int, retried: int, dead: int) -> None:
+        self.db.outcomes.append((acked, retried, dead))
 
     async def check_schema(self) -> None:
         if self.db.schema_missing:
