@@ -8,7 +8,11 @@ other is an error); the URL it serves is printed once it listens.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import socket
+from types import FrameType
+from typing import Any
 
 from sqlalchemy import create_engine
 
@@ -24,6 +28,31 @@ POOL_SIZE = 5  # the dashboard's connections: a page or an action holds one brie
 def _url(host: str, port: int) -> str:
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/"
+
+
+def _server_class(uvicorn: Any) -> Any:
+    class Server(uvicorn.Server):  # type: ignore[misc]
+        """uvicorn's server without its signal capture: it re-raises the signal after a
+        graceful shutdown (exit status -15); ``alkstore web`` exits 0, like ``metrics``."""
+
+        def capture_signals(self) -> contextlib.AbstractContextManager[None]:
+            return contextlib.nullcontext()
+
+    return Server
+
+
+def _serve_until_signal(server: Any, sock: socket.socket) -> None:
+    """Serve until SIGTERM/SIGINT, then shut down gracefully (open requests finish)."""
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def cmd_web(args: argparse.Namespace, database: Database, schema: str) -> int:
@@ -54,20 +83,21 @@ def cmd_web(args: argparse.Namespace, database: Database, schema: str) -> int:
             try:
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 sock.bind((args.host, args.port))
+                sock.listen(128)  # so a client of the printed URL waits rather than being refused
             except OSError as exc:
                 sock.close()
                 why = exc.strerror or str(exc)
                 raise CliError(f"cannot serve on {args.host}:{args.port}: {why}", code=1) from None
             port = sock.getsockname()[1]
             config = uvicorn.Config(app, log_level="warning", access_log=False)
-            server = uvicorn.Server(config)
-            mode = " (read-only)" if args.read_only else ""
-            login = ", HTTP basic auth" if auth is not None else ""
-            print(
-                f"serving the alkstore dashboard{mode}{login} at {_url(args.host, port)}",
-                flush=True,
-            )
-            server.run(sockets=[sock])  # returns on SIGTERM/SIGINT
+            server = _server_class(uvicorn)(config)
+            notes = [
+                n for n, on in (("read-only", args.read_only), ("HTTP basic auth", auth)) if on
+            ]
+            shown = f" ({', '.join(notes)})" if notes else ""
+            url = _url(args.host, port)
+            print(f"serving the alkstore dashboard at {url}{shown}", flush=True)
+            _serve_until_signal(server, sock)
     finally:
         engine.dispose()
     return 0

@@ -201,7 +201,16 @@ class _Dashboard:
             Route("/queues/{queue:path}/requeue", self.requeue, methods=["POST"]),
             Route("/queues/{queue:path}/purge", self.purge, methods=["POST"]),
             Route("/queues/{queue:path}", self.queue, name="queue"),
+            *self._metrics(),
         ]
+
+    def _metrics(self) -> list[Mount]:
+        """B4: the queue gauges at ``/metrics`` when the prometheus extra is installed."""
+        try:
+            from ..prometheus import metrics_app
+        except ImportError:
+            return []
+        return [Mount("/metrics", app=metrics_app(self.runner.store, registry=None))]
 
     # -- rendering -------------------------------------------------------------------
 
