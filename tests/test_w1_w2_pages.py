@@ -242,6 +242,8 @@ def test_w1_mounts_under_a_prefix_in_a_starlette_app(engine: Engine) -> None:
             assert 'href="/admin/queues/queues/mounted"' in page.text
             assert 'href="/admin/queues/static/alkstore.css"' in page.text
             assert c.get("/admin/queues/static/live.js").status_code == 200
+            queue_page = c.get("/admin/queues/queues/mounted").text
+            assert 'name="next" value="/admin/queues/queues/mounted"' in queue_page
             r = post(
                 c, "/admin/queues/queues/mounted/pause", {"next": "/admin/queues/queues/mounted"}
             )

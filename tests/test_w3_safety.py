@@ -195,3 +195,11 @@ def test_w3_every_list_is_bounded(client: TestClient, store: Store) -> None:
     q.claim_batch("w", 120)
     workers = client.get("/workers")
     assert workers.text.count("<tr>") <= 100 + 10  # the in-flight list is cut at 100
+
+
+def test_w3_redirect_after_a_post_never_leaves_the_dashboard(client: TestClient) -> None:
+    for evil in ("//evil.example/x", "/\\evil.example", "https://evil.example/", "/a\r\nX: y"):
+        r = post(client, "/queues/q/resume", {"next": evil})
+        assert r.status_code == 303 and r.headers["location"].startswith("/?done="), evil
+    r = post(client, "/queues/q/resume", {"next": "/queues/q/dead?before=5"})
+    assert r.headers["location"].startswith("/queues/q/dead?before=5&done=")

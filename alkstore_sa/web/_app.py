@@ -12,10 +12,12 @@ and is redirected back (303).
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy import Connection
@@ -127,15 +129,24 @@ def _action(
 
 
 def _quote_message(message: str) -> str:
-    from urllib.parse import quote
-
     return quote(message, safe="")
 
 
 def _back(request: Request, wanted: object) -> str:
-    """Where a plain form post returns to: the page it came from, never another site."""
+    """Where a plain form post returns to: the page it came from, never another site.
+
+    Only a path under the mount point; ``//host`` and ``/\\host`` (which
+    browsers read as another host) and anything with control characters
+    fall back to the overview.
+    """
     base = _base(request)
-    if isinstance(wanted, str) and wanted.startswith(base + "/") and not wanted.startswith("//"):
+    if (
+        isinstance(wanted, str)
+        and wanted.startswith(base + "/")
+        and not wanted.startswith(("//", "/\\"))
+        and "\\" not in wanted
+        and wanted.isprintable()
+    ):
         return wanted.split("?done=")[0].split("&done=")[0]
     return base + "/"
 
@@ -536,8 +547,6 @@ def _matching_ids(
 
 def _then(value: Any, fn: Callable[[Any], Any]) -> Any:
     """``fn(value)``, awaiting either side when the async face handed back an awaitable."""
-    import inspect
-
     if inspect.isawaitable(value):
 
         async def chain() -> Any:
