@@ -131,3 +131,16 @@ def test_w2_migration_0006_up_and_down_keeps_every_job(blank_database: URL) -> N
             assert store.queue("m").stats().due == 20
     finally:
         eng.dispose()
+
+
+def test_w2_pages_work_before_revision_0006_and_say_what_is_missing(
+    engine: Engine, database_url: URL, store: Store
+) -> None:
+    store.queue("old-schema").enqueue(b"x")
+    with engine.begin() as conn:
+        conn.execute(text("DROP TABLE alkstore.throughput"))
+    with web_client("sync", engine, database_url) as client:
+        for path in ("/", "/queues/old-schema"):
+            page = client.get(path)
+            assert page.status_code == 200
+            assert "run <code>alkstore migrate</code> (revision 0006)" in page.text

@@ -21,6 +21,7 @@ from urllib.parse import quote
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
 from starlette.datastructures import FormData
 from starlette.middleware import Middleware
@@ -31,7 +32,7 @@ from starlette.staticfiles import StaticFiles
 
 from .. import _core
 from .._core import MAX_REQUEUE
-from .._errors import InvalidNameError
+from .._errors import InvalidNameError, SchemaMissingError
 from .._job import Job, QueueStats
 from ..aio import AsyncStore
 from ..store import Store
@@ -95,8 +96,17 @@ def _page(
             return PlainTextResponse(exc.message, status_code=exc.status)
         except InvalidNameError as exc:
             return PlainTextResponse(str(exc), status_code=404)
+        except (DBAPIError, SchemaMissingError) as exc:
+            return _database_error(exc)
 
     return run
+
+
+def _database_error(exc: Exception) -> Response:
+    """The database away, a statement past its timeout, tables missing: 503, one line."""
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    line = detail[0] if detail else type(exc).__name__
+    return PlainTextResponse(f"database error: {line}", status_code=503)
 
 
 def _action(
@@ -118,6 +128,8 @@ def _action(
             return PlainTextResponse(exc.message, status_code=exc.status)
         except (InvalidNameError, ValueError, TypeError) as exc:
             return PlainTextResponse(str(exc), status_code=400)
+        except (DBAPIError, SchemaMissingError) as exc:
+            return _database_error(exc)
         self.cache.forget()
         if request.headers.get(LIVE_HEADER):
             return PlainTextResponse(message)
@@ -266,7 +278,8 @@ class _Dashboard:
         call = self.runner.store.queue(name)._core.stats()
         return await self.cache.get(("stats", name), lambda: self.runner.read(call))
 
-    async def _throughput(self, name: str | None) -> list[Any]:
+    async def _throughput(self, name: str | None) -> list[Any] | None:
+        """The last hour's counts; None when the ``throughput`` table (0006) is not there."""
         schema = self.runner.schema
         stmt = _sql.throughput_last_hour(name is not None)
         params = {} if name is None else {"p_queue": name}
@@ -274,7 +287,10 @@ class _Dashboard:
         async def read() -> list[Any]:
             return await self.runner.read(lambda conn: rows(conn, schema, stmt, params))
 
-        cached = await self.cache.get(("throughput", name), read)
+        try:
+            cached = await self.cache.get(("throughput", name), read)
+        except SchemaMissingError:
+            return None  # the rest of the dashboard works on a schema before 0006
         return cached.value
 
     async def _now(self) -> datetime:
@@ -300,7 +316,7 @@ class _Dashboard:
             now=now,
             stats=stats,
             totals=totals,
-            chart=chart(tp, now),
+            chart=None if tp is None else chart(tp, now),
         )
 
     @_page
@@ -339,7 +355,7 @@ class _Dashboard:
             jobs=jobs[:PAGE_SIZE],
             next_before=jobs[PAGE_SIZE - 1].id if len(jobs) > PAGE_SIZE else None,
             before=before,
-            chart=chart(tp, now),
+            chart=None if tp is None else chart(tp, now),
         )
 
     @_page
