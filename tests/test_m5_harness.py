@@ -29,7 +29,7 @@ def test_m5_database_is_real_postgresql_13_plus_and_migrated(engine: Engine) -> 
         ).scalar()
     assert banner.startswith("PostgreSQL ")
     assert version is not None and version >= 130000
-    assert tables == 4  # jobs, dead_jobs, paused_queues, alkstore_alembic_version
+    assert tables == 5  # jobs, dead_jobs, paused_queues, throughput, alkstore_alembic_version
 
 
 def test_m5_session_server_follows_the_env_var(pg_server: _pg.Server) -> None:

@@ -112,7 +112,7 @@ def test_operations_doc_commands_all_parse() -> None:
 _MASKS = [
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?[+-]\d\d:\d\d"), "<time>"),
     (re.compile(r"\b(\d+(\.\d)?s|\d+m\d\ds|\d+h\d\dm|\d+d\d\dh)\b"), "<age>"),
-    (re.compile(r"\balkstore_\d{4}\b"), "<revision>"),
+    (re.compile(r"\balkstore_\d{4}(_\w+)?\b"), "<revision>"),
 ]
 
 

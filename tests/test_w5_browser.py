@@ -176,3 +176,32 @@ def _quoted(name: str) -> str:
     from urllib.parse import quote
 
     return quote(name, safe="")
+
+
+def test_w2_w5_requeue_and_purge_the_selection_from_the_page(site: tuple[str, Store]) -> None:
+    url, store = site
+    q = store.queue("selecting")
+    ids = q.enqueue_many([b"1", b"2", b"3", b"4"])
+    for _ in ids:
+        h = q.claim_one("w")
+        assert h is not None and h.fail("boom")
+    with browser_page() as page:
+        page.goto(url + "/queues/selecting/dead")
+        page.wait_for_selector(f"tr[data-job-id='{ids[0]}']")
+        page.wait_for_timeout(1100)  # a live refresh in between: the checks must survive it
+        page.check(f"tr[data-job-id='{ids[0]}'] input[name=id]")
+        page.check(f"tr[data-job-id='{ids[1]}'] input[name=id]")
+        page.wait_for_timeout(1100)
+        assert page.is_checked(f"tr[data-job-id='{ids[1]}'] input[name=id]")
+        page.click("#selection button[data-action='requeue']")
+        for job_id in ids[:2]:
+            page.wait_for_selector(f"tr[data-job-id='{job_id}']", state="detached", timeout=2000)
+        page.check(f"tr[data-job-id='{ids[2]}'] input[name=id]")
+        page.click("#selection button[data-action='purge']")  # confirm() accepted
+        page.wait_for_selector(f"tr[data-job-id='{ids[2]}']", state="detached", timeout=2000)
+    assert [q.get_job(i) is not None and q.get_job(i).status for i in ids] == [  # type: ignore[union-attr]
+        "pending",
+        "pending",
+        False,
+        "dead",
+    ]
