@@ -155,6 +155,12 @@ class QueueCore:
         """
         return partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
 
+    def record_outcomes(self, acked: int, retried: int, dead: int) -> Call[None]:
+        """W2: add a worker's tallies to this queue's per-minute throughput counts."""
+        return partial(
+            _ops.record_outcomes, address=self.address, acked=acked, retried=retried, dead=dead
+        )
+
     def check_schema(self) -> Call[None]:
         """B5: raises ``SchemaMissingError`` unless the tables are there and up to date."""
         return partial(_ops.check_schema, address=self.address)

@@ -23,6 +23,7 @@ from ._sql import handle as handle_sql
 from ._sql import operations as operations_sql
 from ._sql import queue as queue_sql
 from ._sql import stats as stats_sql
+from ._sql import throughput as throughput_sql
 from ._sql import vacuum as vacuum_sql
 
 # What became of a claim given back at shutdown (Q27).
@@ -279,6 +280,14 @@ def get_job(conn: Connection, *, address: QueueAddress, job_id: int) -> Job | No
     rows = fetch(conn, address, queue_sql.get_job(), params)
     # The live columns then died_at (pinned by a test).
     return Job.from_live(rows[0][:-1], died_at=rows[0][-1]) if rows else None
+
+
+def record_outcomes(
+    conn: Connection, *, address: QueueAddress, acked: int, retried: int, dead: int
+) -> None:
+    """W2: add a worker's outcome tallies to this queue's current minute."""
+    params = {"p_queue": address.queue, "p_acked": acked, "p_retried": retried, "p_dead": dead}
+    conn.execute(throughput_sql.record(), params, execution_options=address.execution_options)
 
 
 def check_schema(conn: Connection, *, address: QueueAddress) -> None:

@@ -29,7 +29,15 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-__all__ = ["DEFAULT_SCHEMA", "dead_jobs", "jobs", "metadata", "paused_queues", "periodic"]
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "dead_jobs",
+    "jobs",
+    "metadata",
+    "paused_queues",
+    "periodic",
+    "throughput",
+]
 
 DEFAULT_SCHEMA = "alkstore"
 
@@ -167,4 +175,19 @@ periodic = Table(
     Column("name", Text, primary_key=True),
     Column("last_slot", _TZ, nullable=False),
     Column("updated_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
+)
+
+# W2: how many jobs Workers acked, retried and dead-lettered, per queue and
+# minute (the database's clock).  Workers add their tallies here about once
+# a second, one upsert per queue, never per job; rows older than a couple of
+# hours are deleted by the same statement, so the table stays a few rows
+# per queue.  Read by the dashboard's throughput chart.
+throughput = Table(
+    "throughput",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("minute", _TZ, primary_key=True),
+    Column("acked", BigInteger, nullable=False, server_default=text("0")),
+    Column("retried", BigInteger, nullable=False, server_default=text("0")),
+    Column("dead", BigInteger, nullable=False, server_default=text("0")),
 )

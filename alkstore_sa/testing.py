@@ -48,6 +48,8 @@ from .aio import AsyncQueue, AsyncStore
 from .aio import queue_parts as async_queue_parts
 from .aio import run_call as async_run_call
 from .store import Queue, Store, queue_parts, run_call
+from .tasks import Tasks
+from .tasks._dispatch import handlers_for
 from .worker import AsyncWorker, Worker
 from .worker._async_backend import _session_call as async_session_call
 from .worker._executor import failure_of
@@ -85,8 +87,8 @@ class RunReport:
         return len(self.acked) + len(self.retried) + len(self.dead) + len(self.lost)
 
 
-SyncTarget = Queue | Worker
-AsyncTarget = AsyncQueue | AsyncWorker
+SyncTarget = Queue | Worker | Tasks[Store]
+AsyncTarget = AsyncQueue | AsyncWorker | Tasks[AsyncStore]
 
 
 @overload
@@ -109,16 +111,20 @@ def run_due(
 ) -> RunReport | Coroutine[Any, Any, RunReport]:
     """Run every due job of ``target`` now and report the outcomes.
 
-    ``target``: a ``Queue`` with ``handler=``, or a ``Worker`` (its queues
-    and handlers; ``handler=`` is refused).  An ``AsyncQueue`` or
-    ``AsyncWorker`` gives a coroutine to await.  ``limit``: at most this many
+    ``target``: a ``Queue`` with ``handler=``, a ``Worker`` (its queues
+    and handlers; ``handler=`` is refused) or a ``Tasks`` registry (its
+    queues, each job dispatched by task name as ``Worker(tasks)`` does).  An
+    ``AsyncQueue``, ``AsyncWorker`` or a registry on an ``AsyncStore`` gives
+    a coroutine to await.  ``limit``: at most this many
     handler runs (None: until no job is due).  Everything is checked before
     the first claim.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
         raise ValueError(f"run_due: limit must be an int >= 0 or None, got {limit!r}")
     pairs = _pairs(target, handler)
-    if isinstance(target, AsyncQueue | AsyncWorker):
+    if isinstance(target, AsyncQueue | AsyncWorker) or (
+        isinstance(target, Tasks) and target.is_async
+    ):
         return _run_async(pairs, limit)
     return _run_sync(pairs, limit)
 
@@ -126,10 +132,15 @@ def run_due(
 def _pairs(target: object, handler: Callable[..., Any] | None) -> list[tuple[Any, HandlerSpec]]:
     """``target`` as (queue, handler) pairs, validated as the worker validates them.
 
-    The one place that knows the kinds of target: a ``Tasks`` registry (T2)
-    becomes another branch here, giving its queue(s) with the registry's
-    dispatching handler.
+    The one place that knows the kinds of target.
     """
+    if isinstance(target, Tasks):  # T2: its queues, each with the dispatching handler
+        if handler is not None:
+            raise TypeError("run_due: a Tasks registry runs its own tasks; do not pass handler=")
+        dispatch = handlers_for(target, is_async=target.is_async)
+        if not dispatch:
+            raise ValueError("run_due: the Tasks registry has no tasks")
+        return [(q, inspect_handler(fn, f"run_due queue {q.name!r}")) for q, fn in dispatch.items()]
     if isinstance(target, Worker | AsyncWorker):
         if handler is not None:
             raise TypeError("run_due: a worker brings its own handlers; do not pass handler=")
@@ -150,7 +161,8 @@ def _pairs(target: object, handler: Callable[..., Any] | None) -> list[tuple[Any
             )
         return [(target, spec)]
     raise TypeError(
-        "run_due takes a Queue or AsyncQueue (with handler=) or a Worker or AsyncWorker, "
+        "run_due takes a Queue or AsyncQueue (with handler=), a Worker or AsyncWorker, "
+        "or a Tasks registry, "
         f"got {type(target).__name__}"
     )
 

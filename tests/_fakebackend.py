@@ -66,6 +66,7 @@ class FakeDB:
     # A vacuum that never ends and, cancelled, raises another error (as an
     # async driver cleaning up a cancelled statement can).
     vacuum_hangs: bool = False
+    outcomes: list[tuple[int, int, int]] = field(default_factory=list)  # W2 tallies flushed
 
     def now(self) -> float:
         return self.loop.time()
@@ -241,6 +242,9 @@ class FakePort:
                     "Can't reconnect until invalid transaction is rolled back"
                 ) from None
         return "not needed"
+
+    async def record_outcomes(self, acked: int, retried: int, dead: int) -> None:
+        self.db.outcomes.append((acked, retried, dead))
 
     async def check_schema(self) -> None:
         if self.db.schema_missing:

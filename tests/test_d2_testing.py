@@ -26,6 +26,7 @@ from alkstore_sa import (
     QueueOpts,
     RetryJob,
     Store,
+    Tasks,
     Worker,
 )
 from alkstore_sa._stamps import backoff_bounds
@@ -237,6 +238,38 @@ def test_d2_run_due_runs_a_workers_queues_with_their_handlers(face: Face, store:
     report = face.run_due(worker)
     assert sorted(report.acked) == sorted(mails + bills)
     assert sorted(seen) == [("bill", b"b1"), ("mail", b"m1"), ("mail", b"m2")]
+
+
+def test_d2_t2_run_due_runs_a_tasks_registry_by_task_name(face: Face, store: Store) -> None:
+    tasks: Any = Tasks(face.store)
+    seen: list[int] = []
+
+    def receipt_body(order_id: int) -> None:
+        seen.append(order_id)
+
+    def refund_body(order_id: int) -> None:
+        raise FailJob(f"no refund for {order_id}")
+
+    if face.is_async:
+
+        async def receipt(order_id: int) -> None:
+            receipt_body(order_id)
+
+        async def refund(order_id: int) -> None:
+            refund_body(order_id)
+
+    else:
+        receipt, refund = receipt_body, refund_body
+    send = tasks.task(queue="d2-tasks", name="receipt")(receipt)
+    give = tasks.task(queue="d2-refunds", name="refund")(refund)
+    sent = face._wait(send.defer(order_id=42))
+    refused = face._wait(give.defer(order_id=7))
+
+    report = face.run_due(tasks)
+    assert report.acked == [sent] and report.dead == [refused] and seen == [42]
+    assert store.queue("d2-refunds").get_job(refused).last_error == "no refund for 7"  # type: ignore[union-attr]
+    with pytest.raises(TypeError, match="its own tasks"):
+        run_due(tasks, handler=_ok)
 
 
 def test_d2_a_handler_that_enqueues_due_work_sees_it_run_in_the_same_call(

@@ -1,5 +1,5 @@
 """The ``alkstore`` command: migrate, worker, enqueue, stats, jobs, requeue, purge, pause,
-resume, sweep, periodic, metrics, demo, bench.
+resume, sweep, periodic, metrics, web, demo, bench.
 
 Errors a user can fix (no URL, a bad URL, an unreachable server, a schema
 never migrated, an import path that does not resolve) end as one line on
@@ -364,6 +364,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser(
+        "web",
+        parents=[common],
+        help="serve the web dashboard until SIGTERM/SIGINT (needs the web extra)",
+        description="Serve the dashboard (queues, jobs, dead letters, workers, throughput) at "
+        "http://HOST:PORT/ until SIGTERM/SIGINT. HTTP basic auth when ALKSTORE_WEB_USER and "
+        "ALKSTORE_WEB_PASSWORD are set. Needs the web extra.",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="address to listen on (default: 127.0.0.1; 0.0.0.0 for every interface)",
+    )
+    p.add_argument(
+        "--port", type=_port, default=8000, metavar="PORT", help="TCP port (default 8000; 0: any)"
+    )
+    p.add_argument("--read-only", action="store_true", help="show no action; refuse every POST")
+
+    p = sub.add_parser(
         "demo",
         parents=[common, logging_opts("warning")],
         help="run the receipts demo (starts a throwaway PostgreSQL if no URL is set)",
@@ -385,7 +404,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command(name: str) -> Command:
-    from . import _commands, _metrics, _ops, _periodic, _worker
+    from . import _commands, _metrics, _ops, _periodic, _web, _worker
 
     table: dict[str, Command] = {
         "migrate": _commands.cmd_migrate,
@@ -400,6 +419,7 @@ def _command(name: str) -> Command:
         "worker": _worker.cmd_worker,
         "metrics": _metrics.cmd_metrics,
         "periodic": _periodic.cmd_periodic,
+        "web": _web.cmd_web,
     }
     return table[name]
 

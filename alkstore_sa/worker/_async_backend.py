@@ -100,6 +100,9 @@ class AsyncQueuePort:
     async def sweep(self) -> SweepResult:
         return await run_call(self._store, self._core.sweep_expired(), atomic=True)
 
+    async def record_outcomes(self, acked: int, retried: int, dead: int) -> None:
+        await run_call(self._store, self._core.record_outcomes(acked, retried, dead))
+
     async def check_schema(self) -> None:
         await run_call(self._store, self._core.check_schema())
 

@@ -79,8 +79,16 @@ class Reporter:
             )
             notify(finished, "finished")
 
+    def _tally(self, qs: QueueState, index: int) -> None:
+        """W2: count the outcome for the throughput table (flushed by ``_throughput``)."""
+        counts = self._run.tallies.get(qs)
+        if counts is None:
+            counts = self._run.tallies[qs] = [0, 0, 0]
+        counts[index] += 1
+
     def acked(self, qs: QueueState, slot: Slot, *, by_session: bool = False) -> None:
         job = slot.job
+        self._tally(qs, 0)
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
                 "job %d on %s acked (attempt %d/%d)%s",
@@ -105,6 +113,7 @@ class Reporter:
         timed_out: bool = False,
     ) -> None:
         job = slot.job
+        self._tally(qs, 1)
         log.warning(
             "job %d on %s %s (attempt %d/%d); retrying in %gs: %s",
             job.id,
@@ -129,6 +138,7 @@ class Reporter:
         timed_out: bool = False,
     ) -> None:
         job = slot.job
+        self._tally(qs, 2)
         if isinstance(exc, FailJob):
             why = "failed by its handler" + ("" if error is None else f": {error}")
         else:

@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 
 from ..aio import AsyncQueue
 from ..tasks._periodic import Fired, Periodic
-from ._state import RunState
+from ._state import RunState, reraise_if_cancelled
 
 __all__ = ["Scheduler"]
 
@@ -87,6 +87,7 @@ class Scheduler:
             else:
                 fired = await asyncio.to_thread(queue.store._run, call, atomic=True)
         except Exception as exc:
+            reraise_if_cancelled(exc)
             self._run.db_failed()
             log.warning(
                 "periodic %s: firing failed: %s; trying again in %gs",

@@ -77,6 +77,10 @@ class QueuePort(Protocol):
         """Q12 + Q25 for this queue, with its handle's options (O7)."""
         ...
 
+    async def record_outcomes(self, acked: int, retried: int, dead: int) -> None:
+        """W2: add these outcome counts to the queue's per-minute throughput row."""
+        ...
+
     async def check_schema(self) -> None:
         """Raise ``SchemaMissingError`` when this queue's tables are missing or outdated (B5)."""
         ...

@@ -186,6 +186,8 @@ class RunState:
     last_claim_at: datetime | None = None  # the last claim round trip that succeeded
     listeners: int = 0  # listener tasks (one per engine)
     listening: int = 0  # of which have LISTEN established
+    # W2: outcomes not yet added to the throughput table, per queue: [acked, retried, dead].
+    tallies: dict[QueueState, list[int]] = field(default_factory=dict)
 
     def held(self) -> list[Slot]:
         return [slot for qs in self.queues for slot in qs.held.values()]

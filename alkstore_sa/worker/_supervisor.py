@@ -31,6 +31,7 @@ from ._periodic import Scheduler
 from ._port import Backend
 from ._producer import Producer
 from ._state import QueueBinding, QueueState, RunState, Settings, WorkerHealth
+from ._throughput import Throughput
 
 __all__ = ["Supervisor"]
 
@@ -126,9 +127,11 @@ class Supervisor:
         completer = Completer()
         heartbeats = Heartbeats(run)
         executor = Executor(run, heartbeats, completer)
+        throughput = Throughput(run)
         background = [
             loop.create_task(completer.run(), name="alkstore-completer"),
             loop.create_task(heartbeats.run(), name="alkstore-heartbeat"),
+            loop.create_task(throughput.run(), name="alkstore-throughput"),
         ]
         if self.settings.sweep_interval is not None:
             sweeps = Maintenance(run).run(self.settings.sweep_interval)
@@ -161,6 +164,7 @@ class Supervisor:
             await asyncio.gather(*producers, return_exceptions=True)
             await _cancel(listeners)
             await _shutdown.drain(run, completer)
+            await throughput.flush()  # the last second's outcomes (W2)
         except BaseException:
             # run() itself was cancelled (or interrupted): no grace, but the
             # held jobs still go back at once rather than when their leases

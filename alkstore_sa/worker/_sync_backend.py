@@ -177,6 +177,9 @@ class SyncQueuePort:
         result: SweepResult = await self._backend.lanes.db.submit(call)
         return result
 
+    async def record_outcomes(self, acked: int, retried: int, dead: int) -> None:
+        await self._backend.run(self._store, self._core.record_outcomes(acked, retried, dead))
+
     async def check_schema(self) -> None:
         await self._backend.run(self._store, self._core.check_schema())
 

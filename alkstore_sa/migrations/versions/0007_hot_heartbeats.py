@@ -1,7 +1,7 @@
 """alkstore: heartbeats without index churn (H1)
 
 Revision ID: alkstore_0007_hot_heartbeats
-Revises: alkstore_0005_periodic
+Revises: alkstore_0006_throughput
 Create Date: 2026-11-30
 
 Before this revision ``jobs_lapse_ix`` keyed on ``claim_deadline``, which
@@ -31,7 +31,7 @@ from alembic import op
 from alkstore_sa.migrations import migration_schema
 
 revision: str = "alkstore_0007_hot_heartbeats"
-down_revision: str | Sequence[str] | None = "alkstore_0005_periodic"
+down_revision: str | Sequence[str] | None = "alkstore_0006_throughput"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
