@@ -46,16 +46,7 @@ def enqueue(
     """Insert ``payloads``; ``trace_context`` (B3), when given, is stored with each job."""
     if not payloads:
         return []
-    params: dict[str, Any] = {
-        "p_queue": address.queue,
-        "p_priority": stamps.priority,
-        "p_run_at": stamps.run_at,
-        "p_delay": stamps.delay,
-        "p_max_attempts": stamps.max_attempts,
-        "p_visibility_timeout": stamps.visibility_timeout,
-        "p_expires_in": stamps.expires_in,
-        "p_channel": address.channel,
-    }
+    params = _enqueue_params(address, stamps)
     if trace_context:
         params["p_trace_context"] = trace_context
         if len(payloads) == 1:
@@ -70,6 +61,20 @@ def enqueue(
         return [row[0] for row in fetch(conn, address, enqueue_sql.enqueue_one(), params)]
     params["p_payloads"] = payloads
     return [row[0] for row in fetch(conn, address, enqueue_sql.enqueue(), params)]
+
+
+def _enqueue_params(address: QueueAddress, stamps: Stamps) -> dict[str, Any]:
+    """What every enqueue statement binds besides its payloads (and keys)."""
+    return {
+        "p_queue": address.queue,
+        "p_priority": stamps.priority,
+        "p_run_at": stamps.run_at,
+        "p_delay": stamps.delay,
+        "p_max_attempts": stamps.max_attempts,
+        "p_visibility_timeout": stamps.visibility_timeout,
+        "p_expires_in": stamps.expires_in,
+        "p_channel": address.channel,
+    }
 
 
 # U1: how many times a keyed enqueue inserts again a key whose live job
@@ -107,16 +112,7 @@ def enqueue_keyed(
         sending = list(range(len(keys)))
     else:
         sending = [i for i, key in enumerate(keys) if key is None or first[key] == i]
-    params: dict[str, Any] = {
-        "p_queue": address.queue,
-        "p_priority": stamps.priority,
-        "p_run_at": stamps.run_at,
-        "p_delay": stamps.delay,
-        "p_max_attempts": stamps.max_attempts,
-        "p_visibility_timeout": stamps.visibility_timeout,
-        "p_expires_in": stamps.expires_in,
-        "p_channel": address.channel,
-    }
+    params = _enqueue_params(address, stamps)
     if trace_context:
         params["p_trace_context"] = trace_context
     keyed: dict[str, int] = {}

@@ -175,3 +175,21 @@ def dead_row_columns() -> list[ColumnElement[Any]]:
 def error_or(default: str) -> ColumnElement[str | None]:
     """The caller's ``error`` parameter, else ``default`` (both bound, never pasted)."""
     return func.coalesce(bindparam("p_error", type_=Text), literal(default, type_=Text))
+
+
+def wake_once_if_any(rows: CTE) -> CTE:
+    """One ``pg_notify`` on the queue's channel when ``rows`` has a row, none when empty.
+
+    Joined into the statement's result, so it runs in the statement's own
+    transaction: a rollback wakes no one (Q7).
+    """
+    return (
+        select(
+            func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label(
+                "woke"
+            )
+        )
+        .select_from(rows)
+        .limit(literal(1, type_=Integer))
+        .cte("wake")
+    )

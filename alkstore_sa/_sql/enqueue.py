@@ -39,7 +39,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..schema import jobs
-from ._common import NOW
+from ._common import NOW, wake_once_if_any
 
 
 class _Payload(LargeBinary):
@@ -243,15 +243,6 @@ def _insert_keyed_and_wake(rows: Select[Any], *, in_order: bool, traced: bool) -
     )
     # One notification when a row went in; none when every key was live
     # (nothing new to claim, and Q7's rolled-back-wakes-no-one still holds).
-    wake = (
-        select(
-            func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label(
-                "woke"
-            )
-        )
-        .select_from(inserted)
-        .limit(literal(1, type_=Integer))
-        .cte("wake")
-    )
+    wake = wake_once_if_any(inserted)
     rows_out = select(inserted.c.id, inserted.c.unique_key).select_from(inserted.join(wake, true()))
     return rows_out.order_by(inserted.c.id) if in_order else rows_out

@@ -41,7 +41,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ..schema import dead_jobs, jobs, paused_queues
-from ._common import NOW, dead_row_columns, live_row_columns
+from ._common import NOW, dead_row_columns, live_row_columns, wake_once_if_any
 
 __all__ = [
     "list_jobs",
@@ -171,16 +171,7 @@ def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
         .returning(dead_jobs.c.id)
         .cte("moved")
     )
-    wake = (
-        select(
-            func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label(
-                "woke"
-            )
-        )
-        .select_from(inserted)
-        .limit(literal(1, type_=Integer))
-        .cte("wake")
-    )
+    wake = wake_once_if_any(inserted)
     return select(
         select(func.count()).select_from(moved).scalar_subquery().label("moved"),
         select(func.count()).select_from(wake).scalar_subquery().label("woke"),
