@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import importlib
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 
 import pytest
 from sqlalchemy import URL, func, select
 
-from alkstore_sa import AsyncWorker
 from alkstore_sa.testing import enqueued, run_due
 
 pytest.importorskip("fastapi", reason="the FastAPI example needs fastapi (the dev extra has it)")
@@ -28,18 +27,23 @@ MODULE = "examples.fastapi_app.app"
 
 
 @pytest.fixture
-async def shop(database_url: URL, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ModuleType]:
-    """The example module, imported afresh against this test's database, its lifespan run."""
+def shop_module(database_url: URL, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """The example module, imported afresh against this test's database."""
     url = database_url.set(drivername="postgresql+asyncpg")
     monkeypatch.setenv("ALKSTORE_DATABASE_URL", url.render_as_string(hide_password=False))
+    monkeypatch.delenv("SHOP_WORKER_IN_APP", raising=False)
     sys.modules.pop(MODULE, None)
-    module = importlib.import_module(MODULE)
     try:
-        # httpx's ASGITransport does not send lifespan events: run it here.
-        async with module.lifespan(module.app):
-            yield module
+        yield importlib.import_module(MODULE)
     finally:
         sys.modules.pop(MODULE, None)
+
+
+@pytest.fixture
+async def shop(shop_module: ModuleType) -> AsyncIterator[ModuleType]:
+    """The app with its lifespan entered (httpx's ASGITransport sends no lifespan events)."""
+    async with shop_module.lifespan(shop_module.app):
+        yield shop_module
 
 
 def client(shop: ModuleType) -> httpx.AsyncClient:
@@ -80,20 +84,20 @@ async def test_d2_fastapi_failed_request_leaves_no_order_and_no_job(shop: Module
     assert (await run_due(shop.tasks)).runs == 0
 
 
-async def test_d2_fastapi_order_receipted_by_a_real_worker(shop: ModuleType) -> None:
-    """The same flow with an AsyncWorker running beside the app, as in a lifespan task."""
-    worker = AsyncWorker(shop.tasks, poll_interval=0.2, shutdown_timeout=5)
-    running = asyncio.create_task(worker.run())
-    try:
-        async with client(shop) as http:
-            order = (await http.post("/orders", json={"email": "cy@example.com"})).json()
-            for _ in range(200):  # up to 10 s on a loaded machine; usually milliseconds
-                if (await http.get(f"/orders/{order['id']}")).json()["receipted"]:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                pytest.fail("the worker did not mark the order receipted within 10 s")
-    finally:
-        worker.stop()
-        await asyncio.wait_for(running, timeout=10)
-    assert await enqueued(shop.store.queue("receipts")) == []
+async def test_d2_fastapi_order_receipted_by_the_lifespan_worker(
+    shop_module: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SHOP_WORKER_IN_APP=1: an AsyncWorker runs in the app's lifespan and stops with it."""
+    monkeypatch.setenv("SHOP_WORKER_IN_APP", "1")
+    shop = shop_module
+    async with shop.lifespan(shop.app), client(shop) as http:
+        order = (await http.post("/orders", json={"email": "cy@example.com"})).json()
+        for _ in range(200):  # up to 10 s on a loaded machine; usually milliseconds
+            if (await http.get(f"/orders/{order['id']}")).json()["receipted"]:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            pytest.fail("the lifespan worker did not mark the order receipted within 10 s")
+    # The lifespan ended: the worker stopped and the engine was disposed of.
+    workers = [t for t in asyncio.all_tasks() if "AsyncWorker.run" in repr(t.get_coro())]
+    assert workers == []

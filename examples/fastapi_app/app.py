@@ -9,6 +9,7 @@ See README.md next to this file for installing the schema.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,7 +22,7 @@ from sqlalchemy import DateTime, String, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from alkstore_sa import AsyncStore, FailJob, QueueOpts, Tasks
+from alkstore_sa import AsyncStore, AsyncWorker, FailJob, QueueOpts, Tasks
 
 # One engine for the app's own rows and for the queue, so that an order and
 # its job can share a transaction.  Size the pool for the web requests plus
@@ -74,9 +75,22 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     # The app's own table; alkstore's tables come from `alkstore migrate`.
     async with engine.begin() as conn:
         await conn.run_sync(Base.metadata.create_all)
-    yield
-    await store.close()
-    await engine.dispose()
+    # SHOP_WORKER_IN_APP=1 runs a worker inside the web process (small apps;
+    # otherwise run `alkstore worker ...:tasks` on its own).  The server owns
+    # the signals: on SIGTERM it ends the lifespan, which stops the worker
+    # with up to shutdown_timeout for the jobs in flight.
+    worker, running = None, None
+    if os.environ.get("SHOP_WORKER_IN_APP") == "1":
+        worker = AsyncWorker(tasks, concurrency=4, shutdown_timeout=20, handle_signals=False)
+        running = asyncio.create_task(worker.run())
+    try:
+        yield
+    finally:
+        if worker is not None and running is not None:
+            worker.stop()
+            await running
+        await store.close()
+        await engine.dispose()
 
 
 app = FastAPI(lifespan=lifespan)
