@@ -62,6 +62,15 @@ class QueueCore:
     ) -> Call[list[int]]:
         if opts is not None and not isinstance(opts, EnqueueOpts):
             raise TypeError(f"opts must be EnqueueOpts, got {type(opts).__name__}")
+        limit = self.opts.max_payload_bytes
+        if limit is not None:
+            for i, payload in enumerate(data):
+                if len(payload) > limit:
+                    which = "the payload" if len(data) == 1 else f"payload {i}"
+                    raise ValueError(
+                        f"{which} is {len(payload):,} bytes, more than queue {self.name!r} "
+                        f"takes (QueueOpts.max_payload_bytes={limit:,})"
+                    )
         if opts is None:
             stamps = self._plain_stamps
         elif opts.unique_key is None:

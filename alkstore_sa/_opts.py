@@ -27,9 +27,13 @@ class QueueOpts:
     retry_base: float | int | timedelta = 1
     retry_cap: float | int | timedelta = MAX_RETRY_CAP
     dead_letter_retention: float | int | timedelta | None = None
+    # Issue 18: the largest payload this handle enqueues, in bytes (None: no limit).
+    max_payload_bytes: int | None = None
 
     def __post_init__(self) -> None:
         v.integer(self.priority, "priority")
+        if self.max_payload_bytes is not None:
+            v.integer(self.max_payload_bytes, "max_payload_bytes", minimum=1)
         v.integer(self.max_attempts, "max_attempts", minimum=1)
         _set(self, "visibility_timeout", v.duration(self.visibility_timeout, "visibility_timeout"))
         _set(self, "expires_in", v.optional_duration(self.expires_in, "expires_in"))
