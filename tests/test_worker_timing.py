@@ -458,3 +458,25 @@ def test_run_returns_when_a_cancelled_part_hides_its_cancellation_in_another_err
         assert returned < 2.0 and db.times("vacuum")[0] == 0.0
 
     _run(scenario())
+
+
+def test_d3_claims_ahead_in_whole_batches_when_handlers_end_one_by_one() -> None:
+    """Handlers of staggered lengths free their slots one at a time; jobs waiting
+    in ready fill each at once, so the producer sends the next claim only when
+    that batch has all started: whole batches, not a claim per freed slot."""
+
+    async def scenario() -> None:
+        db = FakeDB(asyncio.get_running_loop(), claim_latency=0.002)
+        for _ in range(200):
+            db.enqueue(notify=False)
+
+        async def handler(job: Job) -> None:
+            await asyncio.sleep(0.0005 + (job.id % 7) * 0.0003)
+
+        sup = Supervisor(settings(concurrency=8, poll_interval=60.0))
+        await run_for(sup, [bind(db, handler)], FakeBackend(listen_after=0.0), stop_at=1.0)
+        sizes = [c.args[0] for c in db.calls if c.op == "claim"]
+        assert sizes[0] == 8 and all(size == 8 for size in sizes[2:])  # one batch ahead
+        assert not db.rows
+
+    _run(scenario())

@@ -9,6 +9,9 @@ When it claims (Q26):
   trip (``settle``, a moving average capped at ``SETTLE_CAP``): fast
   handlers get full claims -- one round trip and one plan per
   ``concurrency`` jobs -- and slow ones keep busy;
+- while the queue's handlers are short (``QueueState.ahead``, D3), one
+  batch ahead of the free slots, sent the moment the previous one has all
+  started;
 - on the re-poll timer (``poll_interval``), which covers lost notifications
   and delayed jobs coming due.
 
@@ -62,11 +65,16 @@ class Producer:
             if now < self._backoff_until:
                 settle_at = next_poll = self._backoff_until
             elif free > 0 and not qs.claiming and (qs.woken or qs.backlog):
-                settle_at = qs.free_since + qs.settle
                 prompt = qs.woken and not qs.backlog
-                # Claimed ahead and that batch all started: the next one, now.
-                dry = qs.ahead > 0 and not qs.ready
-                if prompt or dry or free >= concurrency or now >= settle_at:
+                if qs.ahead > 0:
+                    # Claiming ahead (D3): jobs waiting in ready fill each freed
+                    # slot at once, so no slot waits; the next batch goes out
+                    # when they have all started, while the handlers still run.
+                    go = prompt or not qs.ready
+                else:
+                    settle_at = qs.free_since + qs.settle
+                    go = prompt or free >= concurrency or now >= settle_at
+                if go:
                     qs.woken = qs.backlog = False
                     qs.claiming = free
                     qs.free_since = math.inf
