@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Update
 from ._errors import AlkstoreError
 from ._execute import fetch
 from ._job import Job, JobStatus, QueueStats, SweepResult
+from ._park import PARK_LIMIT, Parker
 from ._sql import claim as claim_sql
 from ._sql import enqueue as enqueue_sql
 from ._sql import handle as handle_sql
@@ -166,13 +167,25 @@ def _insert_keyed(
     return fetch(conn, address, stmt, many)
 
 
-def claim(conn: Connection, *, address: QueueAddress, worker_id: str, n: int) -> list[Job]:
+def claim(
+    conn: Connection, *, address: QueueAddress, worker_id: str, n: int, parker: Parker | None = None
+) -> list[Job]:
     params = {"p_queue": address.queue, "p_worker_id": worker_id, "p_n": n}
     # RETURNING jobs.*: the live columns in table order (pinned by a test).
     jobs = [Job.from_live(row) for row in fetch(conn, address, _claim_statement(conn), params)]
+    if parker is not None and parker.take():
+        park(conn, address=address, parker=parker)
     # UPDATE ... RETURNING has no order; hand jobs out in claim order (Q9).
     jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
     return jobs
+
+
+def park(conn: Connection, *, address: QueueAddress, parker: Parker) -> int:
+    """S3: set aside up to ``PARK_LIMIT`` expired pending rows; how many were."""
+    params = {"p_queue": address.queue, "p_limit": PARK_LIMIT}
+    count = len(fetch(conn, address, claim_sql.park(), params))
+    parker.parked(count)
+    return count
 
 
 def _claim_statement(conn: Connection) -> Update:

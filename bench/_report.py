@@ -149,6 +149,17 @@ def targets(figs: Figures) -> list[Target]:
                     True,
                 )
             )
+    again = next((x for x in figs.items if x.case == "S3" and x.shape.endswith(", parked")), None)
+    if again is not None:
+        out.append(
+            Target(
+                "S3 again vs D1 n=10",
+                ">= 0.8 x D1 n=10 (a second drain: the expired rows parked)",
+                _ratio(again, f("D1", "alkstore", "n=10")),
+                0.8,
+                True,
+            )
+        )
     s4 = f("S4", "alkstore")
     if s4 is not None:
         start, end = s4.extra.get("p99_start_ms"), s4.extra.get("p99_end_ms")

@@ -391,7 +391,12 @@ def _plan(
         def s3(lb: str) -> Any:
             say(f"S3: adding {s.s3_expired:,} expired, unswept jobs at a higher priority ...")
             _cases.grow_outranking(db, "s3", s.s3_expired, expired=True)
-            return _d1(db, s, "S3", "alkstore", 10, lb)
+            first = _d1(db, s, "S3", "alkstore", 10, lb)
+            # The same drain again over the same expired rows, which the first
+            # drain's claims parked: what every drain after the first costs.
+            again = _d1(db, s, "S3", "alkstore", 10, lb + " again")
+            again.shape += ", parked"
+            return [first, again]
 
         add("S3 alkstore n=10", fresh(s3))
     if "S4" in only:

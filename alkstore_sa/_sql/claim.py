@@ -26,11 +26,11 @@ started (O4).
 
 Rows another transaction holds are skipped, never waited for.  What the
 claim reads does not grow with the rows that are not claimable now, with
-two exceptions below (issue 14; docs/design.md "The claim's cost in every
+one exception at the end (issue 14; docs/design.md "The claim's cost in every
 backlog shape" has the EXPLAIN figures and the designs rejected):
 
 - not-yet-due rows that outrank the due ones: ``jobs_claim_ix`` (queue,
-  priority DESC, run_at, id) WHERE pending is read as a loose index scan,
+  priority DESC, claim_at, id) WHERE pending is read as a loose index scan,
   one priority level at a time, stopping at the LIMIT.  PostgreSQL 18's
   B-tree skip scan does that by itself for the single ordered scan
   (``claim``: 125 buffers, 0.18 ms per claim at 1M such rows, as on an
@@ -47,13 +47,19 @@ backlog shape" has the EXPLAIN figures and the designs rejected):
   backlog;
 - the lapsed range of ``jobs_lapse_ix``: scanned once, shared by the burial
   and the reclaim (twice before), so the dead entries a long-open
-  transaction keeps there are read once per claim.
+  transaction keeps there are read once per claim;
+- expired rows awaiting a sweep that outrank the due ones: due by
+  ``run_at``, only the row's ``expires_at`` rules them out, so until
+  parked each is read on the heap by every claim.  Claims park them
+  (``park``, at most every second per queue object, ``_park.py``): a parked
+  row is still pending and expired for every reader, but its ``claim_at``
+  (the index's time key: ``run_at``, or +infinity once parked) puts it past
+  the due range.  The scans order by ``claim_at``, which is ``run_at`` for
+  every row they may take.
 
-Not flat: expired rows awaiting a sweep that outrank the due ones (each is
-read, on the heap, to see its ``expires_at``: the contract keeps them
-pending until ``sweep_expired()``), and, under a transaction held open,
-the dead entries every claimed job leaves at the head of its level in
-``jobs_claim_ix``, where the claim's scan starts.
+Not flat: under a transaction held open, the dead entries every claimed
+job leaves at the head of its level in ``jobs_claim_ix``, where the
+claim's scan starts.
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ __all__ = [
     "claim",
     "claim_walk",
     "not_paused",
+    "park",
 ]
 
 LAPSED_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
@@ -254,13 +261,13 @@ def _due_walk() -> CTE:
     prev = walk.alias("prev")
     head = jobs.alias("head")
     level = (
-        select(head.c.priority, head.c.run_at, head.c.id)
+        select(head.c.priority, head.c.claim_at, head.c.id)
         .where(
             head.c.queue == bindparam("p_queue", type_=Text),
             head.c.status == "pending",
             head.c.priority < prev.c.p,
         )
-        .order_by(head.c.priority.desc(), head.c.run_at, head.c.id)
+        .order_by(head.c.priority.desc(), head.c.claim_at, head.c.id)
         .limit(literal(1, type_=Integer))
         .lateral("level")
     )
@@ -270,11 +277,11 @@ def _due_walk() -> CTE:
             _this_queue(),
             jobs.c.status == "pending",
             jobs.c.priority == level.c.priority,
-            tuple_(jobs.c.run_at, jobs.c.id) >= tuple_(level.c.run_at, level.c.id),
-            jobs.c.run_at <= NOW,
+            tuple_(jobs.c.claim_at, jobs.c.id) >= tuple_(level.c.claim_at, level.c.id),
+            jobs.c.claim_at <= NOW,
             _unexpired(),
         )
-        .order_by(jobs.c.run_at, jobs.c.id)
+        .order_by(jobs.c.claim_at, jobs.c.id)
         .limit(bindparam("p_n", type_=Integer) - prev.c.found)
         .with_for_update(skip_locked=True)
         .correlate(prev, level)
@@ -313,10 +320,10 @@ def _due_scan() -> Select[tuple[int, int, object]]:
             _this_queue(),
             _unexpired(),
             jobs.c.status == "pending",
-            jobs.c.run_at <= NOW,
+            jobs.c.claim_at <= NOW,
             not_paused(),
         )
-        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+        .order_by(jobs.c.priority.desc(), jobs.c.claim_at, jobs.c.id)
         .limit(bindparam("p_n", type_=Integer))
         .with_for_update(skip_locked=True)
         .cte("due")
@@ -370,3 +377,33 @@ def claim() -> Update:
 def claim_walk() -> Update:
     """``claim`` with the due rows found by ``_due_walk``: flat before PostgreSQL 18 too."""
     return _claim(_due_from_walk())
+
+
+@cache
+def park() -> Update:
+    """S3: set aside up to ``:limit`` of ``:queue``'s expired pending rows; RETURNING ids.
+
+    A parked row keeps its status, its expiry and every field a caller
+    reads: it is still pending, still counted expired, and still moved to
+    dead by ``sweep_expired()`` (Q25).  Only its ``claim_at`` becomes
+    +infinity, which takes it out of the due range of ``jobs_claim_ix``:
+    claims stop reading it (until parked, each claim reads every expired row
+    that outranks the due ones, on the heap, to see its ``expires_at``).
+    Found through ``jobs_park_ix``, which holds only unparked expired
+    candidates, so a park with nothing to do is one index descent.  Rows
+    another transaction holds are skipped: the next park takes them.
+    """
+    candidates = (
+        select(jobs.c.id)
+        .where(
+            _this_queue(),
+            jobs.c.status == "pending",
+            ~jobs.c.parked,
+            jobs.c.expires_at.is_not(None),
+            jobs.c.expires_at <= NOW,
+        )
+        .order_by(jobs.c.expires_at)
+        .limit(bindparam("p_limit", type_=Integer))
+        .with_for_update(skip_locked=True)
+    )
+    return update(jobs).where(id_among(candidates)).values(parked=True).returning(jobs.c.id)
