@@ -354,6 +354,15 @@ def _plan(
                         )
                     ),
                 )
+                # For reference: the AsyncWorker, async handlers (no thread hand-offs).
+                add(
+                    f"D3 round {r + 1} AsyncWorker {'sleep 1 ms' if sleep else 'no-op'}",
+                    fresh(
+                        lambda lb, sl=sleep: _worker.d2_async(
+                            db, s.drain, lb, case="D3", concurrency=D3_CONCURRENCY, sleep=sl
+                        )
+                    ),
+                )
     if "L1" in only:
         add("L1 alkstore wake latency", fresh(lambda lb: _worker.l1(db, s.l1, lb)))
         for drv in drivers:
