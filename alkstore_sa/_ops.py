@@ -168,11 +168,22 @@ def _insert_keyed(
 
 
 def claim(
-    conn: Connection, *, address: QueueAddress, worker_id: str, n: int, parker: Parker | None = None
+    conn: Connection,
+    *,
+    address: QueueAddress,
+    worker_id: str,
+    n: int,
+    parker: Parker | None = None,
+    max_bytes: int | None = None,
 ) -> list[Job]:
-    params = {"p_queue": address.queue, "p_worker_id": worker_id, "p_n": n}
+    """Q8-Q12; ``max_bytes``: the batch's payloads add up to at most that (but one
+    job is always taken), issue 18."""
+    params: dict[str, Any] = {"p_queue": address.queue, "p_worker_id": worker_id, "p_n": n}
+    if max_bytes is not None:
+        params["p_max_bytes"] = max_bytes
+    stmt = _claim_statement(conn, bounded=max_bytes is not None)
     # RETURNING jobs.*: the live columns in table order (pinned by a test).
-    jobs = [Job.from_live(row) for row in fetch(conn, address, _claim_statement(conn), params)]
+    jobs = [Job.from_live(row) for row in fetch(conn, address, stmt, params)]
     if parker is not None and parker.take():
         park(conn, address=address, parker=parker)
     # UPDATE ... RETURNING has no order; hand jobs out in claim order (Q9).
@@ -188,7 +199,7 @@ def park(conn: Connection, *, address: QueueAddress, parker: Parker) -> int:
     return count
 
 
-def _claim_statement(conn: Connection) -> Update:
+def _claim_statement(conn: Connection, *, bounded: bool = False) -> Update:
     """The claim for this server (``_sql/claim.py``).
 
     From PostgreSQL 18 one ordered scan, which its B-tree skip scan makes a
@@ -196,7 +207,9 @@ def _claim_statement(conn: Connection) -> Update:
     version is the one the dialect read when the engine first connected.
     """
     version = conn.dialect.server_version_info or (0,)
-    return claim_sql.claim() if version >= claim_sql.SKIP_SCAN_SINCE else claim_sql.claim_walk()
+    if version >= claim_sql.SKIP_SCAN_SINCE:
+        return claim_sql.claim_bounded() if bounded else claim_sql.claim()
+    return claim_sql.claim_walk_bounded() if bounded else claim_sql.claim_walk()
 
 
 def _held(job_id: int, attempts: int) -> dict[str, Any]:

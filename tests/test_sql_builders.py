@@ -41,6 +41,8 @@ ENQUEUE_STAMPS = {
 EXPECTED: dict[str, set[str]] = {
     "claim.claim": {"p_queue", "p_worker_id", "p_n"},
     "claim.claim_walk": {"p_queue", "p_worker_id", "p_n"},
+    "claim.claim_bounded": {"p_queue", "p_worker_id", "p_n", "p_max_bytes"},
+    "claim.claim_walk_bounded": {"p_queue", "p_worker_id", "p_n", "p_max_bytes"},
     "enqueue.enqueue": {*ENQUEUE_STAMPS, "p_payloads"},
     "enqueue.enqueue_one": {*ENQUEUE_STAMPS, "p_payload"},
     "enqueue.enqueue_traced": {*ENQUEUE_STAMPS, "p_payloads", "p_trace_context"},
@@ -175,7 +177,8 @@ def test_builder_constants_travel_as_parameters() -> None:
     assert "expired" in _compile(queue.bury_expired()).params.values()
 
 
-CLAIMS = [claim.claim, claim.claim_walk]  # PostgreSQL 18+, and before (_ops._claim_statement)
+# PostgreSQL 18+, and before (_ops._claim_statement); each also under a byte bound (issue 18).
+CLAIMS = [claim.claim, claim.claim_walk, claim.claim_bounded, claim.claim_walk_bounded]
 
 
 @pytest.mark.parametrize("build", CLAIMS)
@@ -198,7 +201,7 @@ def test_o4_every_row_source_of_the_claim_checks_the_pause(build: Callable[[], A
     assert text.count("alkstore.paused_queues.queue = %(p_queue)s") == 2
     lapsed_rows = text[text.index("lapsed_rows AS") : text.index("exhausted_moved AS")]
     assert gate in lapsed_rows
-    if build is claim.claim_walk:
+    if build in (claim.claim_walk, claim.claim_walk_bounded):
         due = text[text.index("walk(p, ids, found) AS") : text.index("UNION ALL")]
     else:
         due = text[text.index("due AS") : text.index("lapsed AS")]

@@ -65,6 +65,7 @@ claim's scan starts.
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from sqlalchemy import (
     ARRAY,
@@ -97,7 +98,9 @@ __all__ = [
     "SKIP_SCAN_SINCE",
     "bury_lapsed_exhausted",
     "claim",
+    "claim_bounded",
     "claim_walk",
+    "claim_walk_bounded",
     "not_paused",
     "park",
 ]
@@ -208,10 +211,25 @@ def _bury_exhausted_of(lapsed_rows: CTE) -> CTE:
     return move_to_dead(locked_ids, literal(LAPSED_EXHAUSTED_ERROR, type_=Text), "exhausted")
 
 
-def _reclaimable_of(lapsed_rows: CTE) -> CTE:
+def _size() -> ColumnElement[int]:
+    """A row's payload size in bytes, for the byte-bounded claim.
+
+    ``octet_length`` of a ``bytea`` reads the stored value's length header;
+    a payload kept out of line (TOAST) is not fetched to measure it.
+    """
+    return func.octet_length(jobs.c.payload).label("size")
+
+
+def _keys(sized: bool) -> tuple[ColumnElement[Any], ...]:
+    """What each candidate carries into ``picked``: its id and sort keys (and size)."""
+    keys: tuple[ColumnElement[Any], ...] = (jobs.c.id, jobs.c.priority, jobs.c.run_at)
+    return (*keys, _size()) if sized else keys
+
+
+def _reclaimable_of(lapsed_rows: CTE, sized: bool = False) -> CTE:
     """Q11: the first ``:n`` lapsed rows with attempts left, in claim order, locked."""
     return (
-        select(jobs.c.id, jobs.c.priority, jobs.c.run_at)
+        select(*_keys(sized))
         .where(
             id_among(
                 select(lapsed_rows.c.id).where(
@@ -302,7 +320,7 @@ def _due_walk() -> CTE:
     return walk.union_all(step)
 
 
-def _due_scan() -> Select[tuple[int, int, object]]:
+def _due_scan(sized: bool = False) -> Select[Any]:
     """The first ``:n`` due rows in claim order, locked: one ordered scan of ``jobs_claim_ix``.
 
     For PostgreSQL 18 and later, whose B-tree skip scan makes this one scan
@@ -315,7 +333,7 @@ def _due_scan() -> Select[tuple[int, int, object]]:
     the due ones (``claim_walk``).
     """
     due = (
-        select(jobs.c.id, jobs.c.priority, jobs.c.run_at)
+        select(*_keys(sized))
         .where(
             _this_queue(),
             _unexpired(),
@@ -331,23 +349,22 @@ def _due_scan() -> Select[tuple[int, int, object]]:
     return select(due)
 
 
-def _due_from_walk() -> Select[tuple[int, int, object]]:
+def _due_from_walk(sized: bool = False) -> Select[Any]:
     """The rows ``_due_walk`` took, with their sort keys (looked up by id)."""
     walk = _due_walk()
-    return select(jobs.c.id, jobs.c.priority, jobs.c.run_at).where(
-        id_among(select(func.unnest(walk.c.ids)))
-    )
+    return select(*_keys(sized)).where(id_among(select(func.unnest(walk.c.ids))))
 
 
-def _claim(due: Select[tuple[int, int, object]]) -> Update:
+def _claim(due: Select[Any], sized: bool = False) -> Update:
     lapsed_rows = _lapsed_rows()
-    both = union_all(due, select(_reclaimable_of(lapsed_rows))).subquery("both")
-    picked = (
-        select(both.c.id)
-        .order_by(both.c.priority.desc(), both.c.run_at, both.c.id)
-        .limit(bindparam("p_n", type_=Integer))
-        .cte("picked")
-    )
+    both = union_all(due, select(_reclaimable_of(lapsed_rows, sized))).subquery("both")
+    order = (both.c.priority.desc(), both.c.run_at, both.c.id)
+    if sized:
+        picked = _within_bytes(both, order)
+    else:
+        picked = (
+            select(both.c.id).order_by(*order).limit(bindparam("p_n", type_=Integer)).cte("picked")
+        )
     return (
         update(jobs)
         .where(id_among(select(picked.c.id)))
@@ -360,6 +377,39 @@ def _claim(due: Select[tuple[int, int, object]]) -> Update:
         )
         .returning(*LIVE)
         .add_cte(_bury_exhausted_of(lapsed_rows))
+    )
+
+
+def _within_bytes(both: FromClause, order: tuple[ColumnElement[object], ...]) -> CTE:
+    """``picked`` under a byte bound: the longest prefix, in claim order, of the first
+    ``:n`` candidates whose payloads add up to at most ``:max_bytes`` -- and at least
+    the first one, so a job bigger than the bound is still claimed, alone.
+
+    The candidates are the same rows, in the same order, as the unbounded
+    claim's: the bound only cuts the batch short (the rows locked and left
+    out are free again when the statement ends, as the unbounded claim's
+    surplus candidates are).  ``(priority, run_at, id)`` is unique, so the
+    running sum's frame is exactly the rows before and at each one.
+    """
+    ranked = (
+        select(
+            both.c.id,
+            func.row_number().over(order_by=order).label("nth"),
+            func.sum(both.c.size).over(order_by=order, rows=(None, 0)).label("running"),
+        )
+        .order_by(*order)
+        .limit(bindparam("p_n", type_=Integer))
+        .cte("ranked")
+    )
+    return (
+        select(ranked.c.id)
+        .where(
+            or_(
+                ranked.c.nth == literal(1, type_=BigInteger),
+                ranked.c.running <= bindparam("p_max_bytes", type_=BigInteger),
+            )
+        )
+        .cte("picked")
     )
 
 
@@ -407,3 +457,19 @@ def park() -> Update:
         .with_for_update(skip_locked=True)
     )
     return update(jobs).where(id_among(candidates)).values(parked=True).returning(jobs.c.id)
+
+
+@cache
+def claim_bounded() -> Update:
+    """``claim`` that stops once the batch's payloads reach ``:max_bytes`` (issue 18).
+
+    A statement of its own, not a clause of ``claim``: a claim without a
+    bound runs exactly the statement (and plan) it always did.
+    """
+    return _claim(_due_scan(sized=True), sized=True)
+
+
+@cache
+def claim_walk_bounded() -> Update:
+    """``claim_walk`` under a byte bound (``claim_bounded``)."""
+    return _claim(_due_from_walk(sized=True), sized=True)

@@ -76,8 +76,10 @@ class AsyncQueuePort:
         """The store, when its engine speaks asyncpg: it listens the asyncpg way (D1)."""
         return self._store if self._store.engine.dialect.driver == "asyncpg" else None
 
-    async def claim(self, worker_id: str, n: int) -> list[Job]:
-        call = self._core.claim(worker_id, n)
+    async def claim(
+        self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
+    ) -> list[Job]:
+        call = self._core.claim(worker_id, n, max_batch_payload_bytes)
         return [] if call is None else await run_call(self._store, call)
 
     async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:

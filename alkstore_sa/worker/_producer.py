@@ -96,7 +96,12 @@ class Producer:
         loop = self._run.loop
         started = loop.time()
         try:
-            jobs = await qs.port.claim(self._run.settings.worker_id, n)
+            settings = self._run.settings
+            bound = settings.max_batch_payload_bytes
+            if bound is None:
+                jobs = await qs.port.claim(settings.worker_id, n)
+            else:
+                jobs = await qs.port.claim(settings.worker_id, n, bound)
             took = min(loop.time() - started, SETTLE_CAP)
             qs.settle += (took - qs.settle) / 4  # a moving average of the claim's round trip
         except Exception as exc:
@@ -112,8 +117,11 @@ class Producer:
                 notify(functools.partial(observer.claimed, qs.name, jobs), "claimed")
         for job in jobs:
             self._executor.start(qs, job)
-        if len(jobs) == n:
-            qs.backlog = True  # a full batch: there may be more
+        if len(jobs) == n or (jobs and self._run.settings.max_batch_payload_bytes is not None):
+            # A full batch: there may be more.  Under a byte bound a short
+            # batch may have been cut by the bound, not by the queue running
+            # dry: claim again as slots free up (an empty claim ends it).
+            qs.backlog = True
         qs.signal.set()
 
     def _failed(self, exc: Exception) -> None:
