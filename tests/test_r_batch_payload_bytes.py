@@ -190,3 +190,19 @@ def test_r_batch_bytes_the_walk_for_postgresql_before_18_bounds_alike(
     assert [h.id for h in q.claim_batch("w", 10, max_batch_payload_bytes=100)] == [high[0]]
     assert [h.id for h in q.claim_batch("w", 10, max_batch_payload_bytes=100)] == [high[1]]
     assert [h.id for h in q.claim_batch("w", 10, max_batch_payload_bytes=130)] == low
+
+
+def test_r_batch_bytes_an_unbounded_claim_is_the_statement_it_always_was() -> None:
+    from sqlalchemy.dialects import postgresql
+
+    from alkstore_sa._sql import claim as claim_sql
+
+    dialect = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
+    for plain, bounded in (
+        (claim_sql.claim(), claim_sql.claim_bounded()),
+        (claim_sql.claim_walk(), claim_sql.claim_walk_bounded()),
+    ):
+        text = str(plain.compile(dialect=dialect))
+        assert "octet_length" not in text and "OVER" not in text and "p_max_bytes" not in text
+        bounded_text = str(bounded.compile(dialect=dialect))
+        assert "octet_length" in bounded_text and "p_max_bytes" in bounded_text

@@ -412,12 +412,13 @@ def test_r_timeouts_a_worker_backs_off_while_lock_timeout_fails_its_claims_and_g
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_r_timeouts_a_session_handler_killed_idle_in_transaction_is_retried(
-    kind: str, database_url: URL, admin: Engine
+    kind: str, database_url: URL, admin: Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
     """idle_in_transaction_session_timeout ends a session handler's connection: the
     ack in that session cannot land, its writes are gone, and the job is retried
     on another connection (the claim is the worker's, on its own connection)."""
     sql(admin, "CREATE TABLE public.effects (job_id bigint, attempt int)")
+    caplog.set_level(logging.WARNING, logger="alkstore_sa.worker")
     calls: list[int] = []
 
     if kind == "sync":
@@ -465,3 +466,9 @@ def test_r_timeouts_a_session_handler_killed_idle_in_transaction_is_retried(
     assert sql(admin, "SELECT job_id, attempt FROM public.effects") == [
         {"job_id": job_id, "attempt": 2}
     ]
+    # The retry says why: the server's own words, in the log (and the job's error
+    # history).  asyncpg reads no reason off a connection the server ended: it
+    # says the connection is closed.
+    retried = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    why = "connection is closed" if kind == "asyncpg" else "idle-in-transaction timeout"
+    assert retried and why in retried[0], retried
