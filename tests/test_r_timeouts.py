@@ -45,7 +45,6 @@ FACES = ["sync", *_drivers.ASYNC_FACES]
 
 QUERY_CANCELED = "57014"  # statement_timeout (and a cancel request)
 LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout
-IDLE_IN_TRANSACTION_TIMEOUT = "25P03"  # idle_in_transaction_session_timeout (FATAL)
 
 
 def engine_kw(face: str, **settings: str) -> dict[str, Any]:
@@ -88,7 +87,6 @@ def make_store(request: pytest.FixtureRequest, database_url: URL) -> Iterator[An
         closers.append(lambda: loop.run(astore.close()))  # type: ignore[union-attr]
         return _api.SyncView(astore, loop)
 
-    make.face = face  # type: ignore[attr-defined]
     yield make
     for close in reversed(closers):
         close()
@@ -111,7 +109,9 @@ def tables(admin: Engine) -> dict[str, list[tuple[Any, ...]]]:
             tuple(r.values())
             for r in sql(admin, "SELECT id, queue, last_error FROM alkstore.dead_jobs ORDER BY id")
         ],
-        "paused": [tuple(r.values()) for r in sql(admin, "SELECT queue FROM alkstore.paused_queues")],
+        "paused": [
+            tuple(r.values()) for r in sql(admin, "SELECT queue FROM alkstore.paused_queues")
+        ],
     }
 
 
@@ -144,7 +144,7 @@ def test_r_timeouts_every_operation_works_under_tight_server_timeouts(
     shown = sql(admin, "SELECT 1 AS one")  # the admin's connection has no timeouts
     assert shown == [{"one": 1}]
     first = q.enqueue(b"a")
-    many = q.enqueue_many([b"b", b"c", b"d", b"e", b"f"])
+    assert len(q.enqueue_many([b"b", b"c", b"d", b"e", b"f"])) == 5
     keyed = q.enqueue_many([b"k1", b"k2"], unique_keys=["k1", "k2"])
     assert q.enqueue_many([b"again"], unique_keys=["k1"]) == keyed[:1]
     # The pool's idle connections are not in a transaction: the idle-in-
@@ -236,9 +236,7 @@ def test_r_timeouts_a_claim_skips_rows_a_long_operation_holds_instead_of_waiting
     ids = q.enqueue_many([b"%d" % i for i in range(6)])
     # Another transaction holds three pending rows (a long requeue, purge or
     # cancel inside someone's session takes such row locks).
-    with held(
-        admin, "SELECT id FROM alkstore.jobs WHERE id = ANY(:ids) FOR UPDATE", ids=ids[:3]
-    ):
+    with held(admin, "SELECT id FROM alkstore.jobs WHERE id = ANY(:ids) FOR UPDATE", ids=ids[:3]):
         got = q.claim_batch("w", 6)
         assert [h.id for h in got] == ids[3:]  # skipped, never waited for (Q8)
         # An operation on a held row itself waits, and gives up cleanly.
@@ -317,9 +315,8 @@ def test_r_timeouts_statement_timeout_in_a_long_move_undoes_all_of_it(
         ("ack_batch", "jobs", "DELETE", lambda: q.ack_batch(ids)),
     ]
     for name, table, event, op in moves:
-        with slow(admin, table, event):
-            with pytest.raises(DBAPIError) as caught:
-                op()
+        with slow(admin, table, event), pytest.raises(DBAPIError) as caught:
+            op()
         assert state_of(caught.value) == QUERY_CANCELED, name
         assert "statement timeout" in str(caught.value), name
         assert tables(admin) == before, name  # not one row of the move stayed
@@ -328,19 +325,19 @@ def test_r_timeouts_statement_timeout_in_a_long_move_undoes_all_of_it(
     setup.ack_batch(ids)
     assert setup.requeue_dead() == 8
     before = tables(admin)
-    with slow(admin, "jobs", "UPDATE"):
-        with pytest.raises(DBAPIError) as caught:
-            q.claim_batch("w", 10)
+    with slow(admin, "jobs", "UPDATE"), pytest.raises(DBAPIError) as caught:
+        q.claim_batch("w", 10)
     assert state_of(caught.value) == QUERY_CANCELED
     assert tables(admin) == before  # nothing claimed: all 8 pending, attempts as they were
     held_ids = [h.id for h in setup.claim_batch("w", 10)]
     assert len(held_ids) == 8
     lapse(admin, *held_ids)
-    sql(admin, "UPDATE alkstore.jobs SET attempts = max_attempts WHERE id = ANY(:ids)", ids=held_ids)
+    sql(
+        admin, "UPDATE alkstore.jobs SET attempts = max_attempts WHERE id = ANY(:ids)", ids=held_ids
+    )
     before = tables(admin)
-    with slow(admin, "dead_jobs", "INSERT"):
-        with pytest.raises(DBAPIError) as caught:
-            q.sweep_expired()
+    with slow(admin, "dead_jobs", "INSERT"), pytest.raises(DBAPIError) as caught:
+        q.sweep_expired()
     assert state_of(caught.value) == QUERY_CANCELED
     assert tables(admin) == before
     # Without the trigger each of them goes through.
@@ -393,8 +390,7 @@ def test_r_timeouts_a_worker_backs_off_while_lock_timeout_fails_its_claims_and_g
         # A long operation holds the table: every claim, sweep and ack waits
         # and gives up after lock_timeout, for about half a second.
         with held(admin, "LOCK TABLE alkstore.jobs IN ACCESS EXCLUSIVE MODE"):
-            # The worker's own connection is blocked too: enqueue from one that
-            # does not wait, once the lock is released below.
+            # (An enqueue would wait for the lock too: the jobs go in after it.)
             wait_for(lambda: running.worker.health().db_errors >= 2, timeout=10)
             assert running.worker.health().running
         seed.queue("w").enqueue_many([b"%d" % i for i in range(20)])
