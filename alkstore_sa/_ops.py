@@ -182,10 +182,14 @@ def claim(
     if max_bytes is not None:
         params["p_max_bytes"] = max_bytes
     stmt = _claim_statement(conn, bounded=max_bytes is not None)
+    if parker is not None and parker.take():
+        # Before the claim, not after: a park that fails (a statement or lock
+        # timeout, a cut connection) then raises with nothing claimed.  After
+        # it, the claim would have committed and its jobs, never handed to
+        # the caller, would sit processing until their claims lapsed.
+        park(conn, address=address, parker=parker)
     # RETURNING jobs.*: the live columns in table order (pinned by a test).
     jobs = [Job.from_live(row) for row in fetch(conn, address, stmt, params)]
-    if parker is not None and parker.take():
-        park(conn, address=address, parker=parker)
     # UPDATE ... RETURNING has no order; hand jobs out in claim order (Q9).
     jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
     return jobs

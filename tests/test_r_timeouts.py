@@ -33,7 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from alkstore_sa import AsyncStore, AsyncWorker, Store, Worker
+from alkstore_sa import AsyncStore, AsyncWorker, EnqueueOpts, Store, Worker
 from alkstore_sa._connect import sqlstate
 from alkstore_sa._job import Job
 
@@ -343,6 +343,36 @@ def test_r_timeouts_statement_timeout_in_a_long_move_undoes_all_of_it(
     # Without the trigger each of them goes through.
     q.sweep_expired()
     assert q.stats().processing == 0 and q.stats().dead == 8
+
+
+def test_r_timeouts_a_claim_whose_park_is_cancelled_claims_nothing(
+    make_store: Any, admin: Engine
+) -> None:
+    """A claim also parks expired rows (S3), once a second per queue object, in a
+    statement of its own.  When that park is cancelled, the claim raises having
+    claimed nothing: no job left processing that no caller was handed."""
+    sql(
+        admin,
+        "CREATE FUNCTION alkstore.slow_park() RETURNS trigger LANGUAGE plpgsql AS $$ "
+        "BEGIN PERFORM pg_sleep(0.4); RETURN NEW; END $$",
+    )
+    sql(
+        admin,
+        "CREATE TRIGGER slow_park BEFORE UPDATE ON alkstore.jobs FOR EACH ROW "
+        "WHEN (NEW.parked AND NOT OLD.parked) EXECUTE FUNCTION alkstore.slow_park()",
+    )
+    s = make_store(statement_timeout="150ms")
+    q = s.queue("park")
+    due = q.enqueue_many([b"1", b"2", b"3"])
+    stale = q.enqueue(b"old", EnqueueOpts(priority=5, expires_in=60))
+    expire(admin, stale)
+    before = tables(admin)
+    with pytest.raises(DBAPIError) as caught:
+        q.claim_batch("w", 10)
+    assert state_of(caught.value) == QUERY_CANCELED
+    assert tables(admin) == before  # nothing claimed, nothing parked
+    # The next claim (no park due for a second) hands the jobs out.
+    assert [h.id for h in q.claim_batch("w", 10)] == due
 
 
 # -- the worker: transient, never a crash ----------------------------------------
