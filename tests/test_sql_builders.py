@@ -43,6 +43,7 @@ EXPECTED: dict[str, set[str]] = {
     "claim.claim_walk": {"p_queue", "p_worker_id", "p_n"},
     "claim.claim_bounded": {"p_queue", "p_worker_id", "p_n", "p_max_bytes"},
     "claim.claim_walk_bounded": {"p_queue", "p_worker_id", "p_n", "p_max_bytes"},
+    "claim.park": {"p_queue", "p_limit"},
     "enqueue.enqueue": {*ENQUEUE_STAMPS, "p_payloads"},
     "enqueue.enqueue_one": {*ENQUEUE_STAMPS, "p_payload"},
     "enqueue.enqueue_traced": {*ENQUEUE_STAMPS, "p_payloads", "p_trace_context"},
@@ -269,5 +270,7 @@ def test_rows_read_by_position_come_in_live_column_order() -> None:
     for build in CLAIMS:
         assert tuple(c.name for c in build().exported_columns) == LIVE_COLUMNS
     assert tuple(queue.get_job().selected_columns.keys()) == (*LIVE_COLUMNS, "died_at")
-    # jobs.* is the live columns plus the internal deadline_floor (H1), never read back.
-    assert tuple(c.name for c in jobs.c if c.name != "deadline_floor") == LIVE_COLUMNS
+    # jobs.* is the live columns plus internal ones never read back: deadline_floor
+    # (H1), parked and claim_at (S3).
+    internal = {"deadline_floor", "parked", "claim_at"}
+    assert tuple(c.name for c in jobs.c if c.name not in internal) == LIVE_COLUMNS
