@@ -49,6 +49,7 @@ WORKER = Path(__file__).resolve().parent / "_failover_worker.py"
 DB = "alkstore_failover"
 QUEUE = "failover"
 BACKLOG = 3000
+DETECT = 1.0  # seconds between the kill and the promotion
 
 EFFECTS = """
 CREATE TABLE failover_effects (
@@ -78,6 +79,19 @@ def pair(request: pytest.FixtureRequest) -> Iterator[Pair]:
         p.close()
 
 
+@pytest.fixture
+def procs() -> Iterator[list[Proc]]:
+    """The test's worker processes; any still running at the end is killed."""
+    started: list[Proc] = []
+    try:
+        yield started
+    finally:
+        for proc in started:
+            if proc.popen.poll() is None:
+                proc.popen.kill()
+                proc.popen.wait()
+
+
 class Producer(threading.Thread):
     """Enqueues one job at a time (``p<n>`` tokens) until stopped; keeps the acked tokens.
 
@@ -87,6 +101,7 @@ class Producer(threading.Thread):
 
     def __init__(self, engine: Engine) -> None:
         super().__init__(daemon=True)
+        self.engine = engine
         self.queue = Store(engine).queue(QUEUE, QueueOpts(visibility_timeout=2.0))
         self.acked: list[str] = []
         self.acked_at: list[float] = []
@@ -149,7 +164,7 @@ def _wait(done: object, timeout: float, what: str, step: float = 0.05) -> float:
 
 @pytest.mark.timeout(180)
 def test_chaos_failover_to_promoted_standby_workers_and_producers_follow(
-    pair: Pair, tmp_path: Path
+    pair: Pair, procs: list[Proc], tmp_path: Path
 ) -> None:
     mode = "sync" if pair.sync else "async"
     url = pair.url(DB)
@@ -169,7 +184,7 @@ def test_chaos_failover_to_promoted_standby_workers_and_producers_follow(
             return int(conn.execute(text(sql)).scalar() or 0)
 
     cfg = {"url": url_text, "queue": QUEUE, "concurrency": 8, "work_ms": 4}
-    procs = [
+    procs += [
         _spawn(
             tmp_path,
             {**cfg, "async": i == 1, "runs": str(tmp_path / f"runs-{i}"),
@@ -187,7 +202,7 @@ def test_chaos_failover_to_promoted_standby_workers_and_producers_follow(
 
         killed = time.monotonic()
         pair.kill_primary()
-        time.sleep(0.3)  # a failover manager's detection delay, shortened
+        time.sleep(DETECT)  # a failover manager's detection delay, shortened
         pair.promote_standby()
         promoted = time.monotonic()
         at_promotion = len(producer.acked)
@@ -202,6 +217,7 @@ def test_chaos_failover_to_promoted_standby_workers_and_producers_follow(
     finally:
         producer.stopping.set()
         producer.join(30)
+        producer.engine.dispose()
     _wait(lambda: scalar(standby, "SELECT count(*) FROM alkstore.jobs") == 0, 60, "drain after")
     drained = time.monotonic() - promoted
     _wait(lambda: scalar(standby, LISTEN_BACKENDS) == 2, 30, "listeners on the new primary")
@@ -226,7 +242,8 @@ def test_chaos_failover_to_promoted_standby_workers_and_producers_follow(
     duplicate_effects = sum(n - 1 for n in effects.values() if n > 1)
     reruns = sum(n - 1 for n in runs.values() if n > 1)
     report(
-        f"failover-{mode}: acked_enqueues={len(acked)} lost_acked_enqueues={len(lost)} "
+        f"failover-{mode}: acked_enqueues={len(acked)} (during the run={len(producer.acked)}) "
+        f"lost_acked_enqueues={len(lost)} "
         f"(of which ran and acked on the old primary={len(lost_ran)}) "
         f"acks_undone(duplicates)={len(acks_undone)} reruns={reruns} "
         f"duplicate_effects={duplicate_effects} dead={len(dead)} "
