@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import TypeVar
 
 from sqlalchemy import URL, Connection
-from sqlalchemy.exc import ProgrammingError
+from sqlalchemy.exc import DBAPIError, ProgrammingError
 
 from . import _validate as v
 from ._errors import SchemaMissingError, StoreClosedError
@@ -94,6 +94,9 @@ class Lifecycle:
 
 UNDEFINED_TABLE = "42P01"
 UNDEFINED_COLUMN = "42703"
+# The server refused a write because the session is read-only: a standby, a
+# primary demoted by a failover, or default_transaction_read_only turned on.
+READ_ONLY_SQL_TRANSACTION = "25006"
 
 
 def sqlstate(error: BaseException | None) -> str | None:
@@ -160,5 +163,38 @@ def in_autocommit(call: Callable[[Connection], T]) -> Callable[[Connection], T]:
                 except Exception:
                     # A broken connection: never pool it still in autocommit.
                     conn.invalidate()
+
+    return run
+
+
+def read_only(exc: BaseException) -> bool:
+    """Whether ``exc`` is the server's "read-only transaction" (SQLSTATE 25006)."""
+    return isinstance(exc, DBAPIError) and sqlstate(exc.orig) == READ_ONLY_SQL_TRANSACTION
+
+
+def drop_if_read_only(conn: Connection, exc: BaseException) -> None:
+    """Invalidate ``conn`` (one the store or the worker checked out itself) when
+    ``exc`` says its session is read-only.
+
+    ``pool_pre_ping`` passes such a connection (``SELECT 1`` works on a
+    standby), and the session stays read-only for its whole life, so a pool
+    given it back would hand it out again on every checkout -- after a
+    failover, forever.  Invalidated, the next checkout opens a new
+    connection, and a multi-host URL with ``target_session_attrs=read-write``
+    lands it on the new primary.
+    """
+    if read_only(exc) and not conn.invalidated:
+        conn.invalidate()
+
+
+def own_connection(call: Callable[[Connection], T]) -> Callable[[Connection], T]:
+    """``call`` on a connection the store checked out itself (``drop_if_read_only``)."""
+
+    def run(conn: Connection) -> T:
+        try:
+            return call(conn)
+        except DBAPIError as exc:
+            drop_if_read_only(conn, exc)
+            raise
 
     return run

@@ -92,11 +92,14 @@ class AsyncStore:
         self._life.check_open()
         with _connect.schema_errors(self.schema):
             if session is None:
+                # The store's own connection: one that answered read-only
+                # is invalidated, not pooled again (25006, a failover).
                 if atomic:
                     async with self.engine.begin() as conn:
-                        return await conn.run_sync(call)
+                        return await conn.run_sync(_connect.own_connection(call))
                 async with self.engine.connect() as conn:
-                    return await conn.run_sync(_connect.in_autocommit(call))
+                    own = _connect.own_connection(_connect.in_autocommit(call))
+                    return await conn.run_sync(own)
             if isinstance(session, AsyncSession):
                 return await session.run_sync(_on_session, call)
             if isinstance(session, AsyncConnection):

@@ -84,11 +84,13 @@ class Store:
         self._life.check_open()
         with _connect.schema_errors(self.schema):
             if session is None:
+                # The store's own connection: one that answered read-only
+                # is invalidated, not pooled again (25006, a failover).
                 if atomic:
                     with self.engine.begin() as conn:
-                        return call(conn)
+                        return _connect.own_connection(call)(conn)
                 with self.engine.connect() as conn:
-                    return _connect.in_autocommit(call)(conn)
+                    return _connect.own_connection(_connect.in_autocommit(call))(conn)
             if isinstance(session, Session):
                 return call(session.connection())
             if isinstance(session, Connection):

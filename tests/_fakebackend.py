@@ -267,9 +267,10 @@ class FakePort:
 class FakeBackend:
     """LISTEN is the FakeDB's ``wake`` hook: an enqueue notifies, once 'connected'."""
 
-    def __init__(self, *, listen_after: float = 0.001) -> None:
+    def __init__(self, *, listen_after: float = 0.001, relisten_at: tuple[float, ...] = ()) -> None:
         self.closed = False
         self._listen_after = listen_after
+        self._relisten_at = relisten_at  # loop times LISTEN drops and comes back at once
 
     async def listen(
         self,
@@ -283,6 +284,11 @@ class FakeBackend:
         await asyncio.sleep(self._listen_after)
         port.db.wake = lambda queue: wake(channels[0])
         on_listening(True)
+        loop = asyncio.get_running_loop()
+        for at in self._relisten_at:
+            await asyncio.sleep(at - loop.time())
+            on_listening(False)
+            on_listening(True)
         await asyncio.Event().wait()  # until cancelled
 
     def close(self) -> None:

@@ -102,6 +102,23 @@ def test_b5_backoff_is_capped_at_30_s_and_wakes_do_not_cut_it_short() -> None:
     _run(scenario())
 
 
+def test_b5_listen_reestablished_ends_a_claim_backoff_at_once() -> None:
+    """After an outage (a failover) the listener's reconnect says the database is
+    back: the next claim goes then, not when the grown backoff would end."""
+
+    async def scenario() -> None:
+        db = FakeDB(asyncio.get_running_loop(), fail_next={"claim": 5})
+        db.enqueue(notify=False)
+        sup = Supervisor(settings(poll_interval=1.0))
+        backend = FakeBackend(listen_after=0.0, relisten_at=(20.0,))
+        await run_for(sup, [bind(db, sleeper(0.0))], backend, stop_at=40.0)
+        # Fails at 0, 1, 3, 7, 15 (the next would be at 31); LISTEN back at 20.
+        assert db.times("claim")[:6] == pytest.approx([0, 1, 3, 7, 15, 20], abs=0.01)
+        assert not db.rows  # the claim at 20 got the job
+
+    _run(scenario())
+
+
 def test_q26_a_backlog_is_refilled_in_claims_sized_to_the_free_slots() -> None:
     async def scenario() -> None:
         db = FakeDB(asyncio.get_running_loop())

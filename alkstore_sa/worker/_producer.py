@@ -18,7 +18,12 @@ When it claims (Q26):
 A failed claim is logged and retried after a delay that doubles with each
 failure in a row, from ``poll_interval`` up to ``BACKOFF_CAP`` (B5); wakes
 do not cut it short, so a database outage (or tables dropped mid-run) is
-never a busy loop, and never silent.
+never a busy loop, and never silent.  Only the listener's LISTEN being
+(re)established does: the database answers again (a restart, a failover to
+a promoted standby), and a backoff grown during the outage would otherwise
+idle the worker up to ``BACKOFF_CAP`` after it came back.  That happens at
+most once per listener reconnect (which backs off on its own), and the
+failure count carries on, so a claim that still fails waits longer again.
 """
 
 from __future__ import annotations
@@ -62,6 +67,9 @@ class Producer:
             # Free slots, plus the batch a queue of short handlers claims ahead (D3).
             free = concurrency + qs.ahead - qs.busy - qs.claiming - len(qs.ready)
             settle_at = next_poll
+            if qs.relistened:
+                qs.relistened = False
+                self._backoff_until = -math.inf
             if now < self._backoff_until:
                 settle_at = next_poll = self._backoff_until
             elif free > 0 and not qs.claiming and (qs.woken or qs.backlog):

@@ -129,6 +129,7 @@ class QueueState:
     binding: QueueBinding
     signal: asyncio.Event = field(default_factory=asyncio.Event)
     woken: bool = False  # a wake or re-poll: claim what is free, now
+    relistened: bool = False  # LISTEN was (re)established: a claim backoff ends now
     backlog: bool = False  # the last claim came back full: refill in batches
     busy: int = 0  # slots taken by running handlers
     claiming: int = 0  # slots reserved by the claim in flight

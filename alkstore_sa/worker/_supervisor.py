@@ -220,6 +220,9 @@ class Supervisor:
                 run.listening += 1 if up else -1
                 if up:
                     for qs in members:
+                        # The database answers again (after an outage, a
+                        # failover): a claim backoff ends now, not at its cap.
+                        qs.relistened = True
                         qs.wake()  # Q26: claim once LISTEN is established
 
             listeners.append(

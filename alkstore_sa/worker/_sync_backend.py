@@ -22,6 +22,7 @@ from typing import TypeVar
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
+from .._connect import drop_if_read_only
 from .._core import Call, HandleCore, QueueCore
 from .._job import Job, SweepResult
 from .._ops import Released, Retried, Vacuumed
@@ -55,7 +56,8 @@ class _HeldConnections:
     ``pool_pre_ping``.  Claims skip locked rows, so this connection never
     waits on another transaction (acks only wait on a row some other
     transaction locked, and then only acks wait).  Any error drops it (back
-    to the pool); the next call checks out a fresh one.  Only its thread
+    to the pool, or invalidated when it answered read-only: 25006); the next
+    call checks out a fresh one.  Only its thread
     uses it.
     """
 
@@ -69,7 +71,8 @@ class _HeldConnections:
             self._conns[id(store)] = conn
         try:
             return run_call(store, call, conn)
-        except BaseException:
+        except BaseException as exc:
+            drop_if_read_only(conn, exc)  # 25006: never back into the pool
             self._drop(id(store))
             raise
 
