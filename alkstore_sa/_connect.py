@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
@@ -162,3 +164,32 @@ def in_autocommit(call: Callable[[Connection], T]) -> Callable[[Connection], T]:
                     conn.invalidate()
 
     return run
+
+
+def shutdown_fd(fd: int) -> None:
+    """Shut down socket ``fd`` (from any thread): a blocked read on it ends at once.
+
+    The wait ends with a connection error (libpq: "server closed the
+    connection unexpectedly"), so whoever waits on a silent peer comes
+    back and the connection is discarded.  A socket already gone is left
+    alone.
+    """
+    try:
+        dup = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        return
+    try:
+        dup.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # not connected any more
+    finally:
+        dup.close()
+
+
+def shutdown_socket(conn: Connection) -> None:
+    """``shutdown_fd`` on the socket under ``conn``'s psycopg connection."""
+    try:
+        fd = conn.connection.dbapi_connection.pgconn.socket  # type: ignore[union-attr]
+    except Exception:  # closed already, or not psycopg: nothing to break
+        return
+    shutdown_fd(fd)

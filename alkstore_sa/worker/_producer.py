@@ -19,6 +19,18 @@ A failed claim is logged and retried after a delay that doubles with each
 failure in a row, from ``poll_interval`` up to ``BACKOFF_CAP`` (B5); wakes
 do not cut it short, so a database outage (or tables dropped mid-run) is
 never a busy loop, and never silent.
+
+A claim gets ``CLAIM_TIMEOUT`` seconds for its reply.  A peer that went
+silent without a reset (a blackholed path, a frozen server) would
+otherwise hold the producer -- and, on a ``Worker``, the claim thread --
+forever: TCP keepalives only end such a wait when the path drops packets,
+not when something in it still acknowledges them.  The claim is then
+abandoned (its connection broken and discarded) and counts as a failed
+claim.  If the server did run it, its jobs are claimed by nobody who
+knows: they lapse after their visibility timeout and are claimed again,
+never run twice by this worker.  The default is the default visibility
+timeout: a reply later than that would hand out jobs whose claims had
+lapsed already.
 """
 
 from __future__ import annotations
@@ -34,12 +46,13 @@ from .._instrument import notify
 from ._executor import Executor
 from ._state import QueueState, RunState, reraise_if_cancelled
 
-__all__ = ["BACKOFF_CAP", "SETTLE_CAP", "Producer"]
+__all__ = ["BACKOFF_CAP", "CLAIM_TIMEOUT", "SETTLE_CAP", "Producer"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
 SETTLE_CAP = 0.05  # a backlog's free slot never waits longer than this for company
 BACKOFF_CAP = 30.0  # the longest wait between claims while they fail (B5)
+CLAIM_TIMEOUT = 30.0  # seconds a claim waits for its reply before it is abandoned
 
 
 class Producer:
@@ -96,9 +109,14 @@ class Producer:
         loop = self._run.loop
         started = loop.time()
         try:
-            jobs = await qs.port.claim(self._run.settings.worker_id, n)
+            jobs = await asyncio.wait_for(
+                qs.port.claim(self._run.settings.worker_id, n), CLAIM_TIMEOUT
+            )
             took = min(loop.time() - started, SETTLE_CAP)
             qs.settle += (took - qs.settle) / 4  # a moving average of the claim's round trip
+        except TimeoutError:
+            self._failed(TimeoutError(f"no reply within {CLAIM_TIMEOUT:g}s; connection dropped"))
+            jobs = []
         except Exception as exc:
             reraise_if_cancelled(exc)
             self._failed(exc)

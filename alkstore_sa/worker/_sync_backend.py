@@ -22,6 +22,7 @@ from typing import TypeVar
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
+from .._connect import shutdown_socket
 from .._core import Call, HandleCore, QueueCore
 from .._job import Job, SweepResult
 from .._ops import Released, Retried, Vacuumed
@@ -61,17 +62,34 @@ class _HeldConnections:
 
     def __init__(self) -> None:
         self._conns: dict[int, Connection] = {}
+        self._busy: Connection | None = None  # the one a call runs on now, if any
 
     def run(self, store: Store, call: Call[T]) -> T:
         conn = self._conns.get(id(store))
         if conn is None:
             conn = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
             self._conns[id(store)] = conn
+        self._busy = conn
         try:
             return run_call(store, call, conn)
         except BaseException:
             self._drop(id(store))
             raise
+        finally:
+            self._busy = None
+
+    def abort(self) -> None:
+        """Break the connection a call is blocked on (from any thread).
+
+        A peer that went silent without a reset (a blackholed network path,
+        a frozen server whose kernel still acknowledges) leaves libpq
+        waiting for a reply forever, and this lane's thread with it.
+        Shutting the socket down makes that wait end in a connection
+        error on the lane's thread, which then drops the connection.
+        """
+        conn = self._busy
+        if conn is not None:
+            shutdown_socket(conn)
 
     def _drop(self, key: int) -> None:
         conn = self._conns.pop(key, None)
@@ -97,7 +115,17 @@ class _HotLane:
     async def run(self, store: Store, call: Call[T]) -> T:
         if self._lane is None:
             self._lane = Lane(asyncio.get_running_loop(), 1, self._name)
-        result: T = await self._lane.submit(functools.partial(self._held.run, store, call))
+        fut = self._lane.submit(functools.partial(self._held.run, store, call))
+        try:
+            result: T = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # The caller gave up (a claim past its timeout, or the run
+            # stopping): the thread may be blocked on a silent peer, and every
+            # later call on this lane would queue behind it.  Break its
+            # connection so the thread comes back.
+            if not fut.done():
+                self._held.abort()
+            raise
         return result
 
     def close(self) -> None:

@@ -58,6 +58,10 @@ class Cut:
     in_flight: str | None  # the statement sent and not answered yet, if any
     during_commit: bool  # that statement was a COMMIT: the client cannot know
     reason: str  # "random" | "commit"
+    statements: tuple[str, ...] = ()  # the SQL texts its connection had sent
+
+    def saw(self, needle: str) -> bool:
+        return any(needle in s for s in self.statements)
 
 
 class _Parser:
@@ -123,6 +127,7 @@ class Conn:
     closed: bool = False
     commits: int = 0  # COMMITs forwarded
     hole_for: float | None = None  # how long a triggered blackhole holds it
+    holed_at: float | None = None  # time.time() it was (last) blackholed
 
     def saw(self, needle: str) -> bool:
         return any(needle in s for s in self.statements)
@@ -140,6 +145,7 @@ class Proxy:
         self.cuts: list[Cut] = []
         self.blackholed: list[Conn] = []  # every connection ever blackholed, in order
         self.connections_made = 0
+        self.history: list[Conn] = []  # every connection, open or closed
         self._next_id = 0
         self._commit_cuts = 0  # COMMITs still to be cut right after forwarding
         self._blackhole_next: list[tuple[Callable[[str], bool], float]] = []
@@ -268,6 +274,7 @@ class Proxy:
 
     def _hole(self, conn: Conn, seconds: float | None = None) -> None:
         conn.flowing.clear()
+        conn.holed_at = time.time()
         self.blackholed.append(conn)
         if seconds is not None:
             self._loop.call_later(seconds, conn.flowing.set)
@@ -288,6 +295,7 @@ class Proxy:
         conn = Conn(self._next_id, client_w.get_extra_info("peername")[1], client_w, server_w)
         conn.flowing.set()
         self.conns[conn.id] = conn
+        self.history.append(conn)
         try:
             await asyncio.gather(
                 self._pump(conn, client_r, server_w, frontend=True),
@@ -315,6 +323,7 @@ class Proxy:
                 conn.in_flight,
                 is_commit(conn.in_flight),
                 reason,
+                tuple(conn.statements),
             )
         )
         self._close(conn)
@@ -364,7 +373,7 @@ class Proxy:
                     break
                 stop_at: int | None = None  # forward up to here, then cut
                 reason = "commit"
-                hole_at: int | None = None  # forward up to here, then blackhole
+                hole = False  # blackhole after forwarding this chunk
                 reply = b""
                 skip: list[tuple[int, int]] = []  # byte ranges answered here, not forwarded
                 prev = 0
@@ -382,9 +391,12 @@ class Proxy:
                                     self._commit_cuts -= 1
                                     stop_at = end
                             for i, (match, hold) in enumerate(self._blackhole_next):
-                                if hole_at is None and match(sql):
+                                if not hole and match(sql):
+                                    # Held after all the client wrote with it
+                                    # (its Sync too): the server runs it to the
+                                    # end, the reply is what never arrives.
                                     del self._blackhole_next[i]
-                                    hole_at, conn.hole_for = end, hold
+                                    hole, conn.hole_for = True, hold
                                     break
                     elif kind == b"Z":
                         conn.in_flight = None
@@ -396,6 +408,7 @@ class Proxy:
                         at = b
                     data = kept + data[at:]
                     conn.client_w.write(reply)
+                hole_at = len(data) if hole else None
                 if conn.cut_after is not None and (stop_at is None or conn.cut_after < stop_at):
                     if conn.cut_after < len(data):
                         stop_at, reason = conn.cut_after, "random"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 
 import psycopg
@@ -59,15 +61,11 @@ def test_proxy_blackholes_the_connection_that_sent_a_matching_statement(
             [c] = [c for c in proxy.snapshot() if c.saw("SELECT 1")]
             t0 = time.monotonic()
             cur = held.cursor()
-            import threading
-
             done = threading.Event()
 
             def run() -> None:
-                try:
+                with contextlib.suppress(psycopg.Error):
                     cur.execute("SELECT pg_sleep(0)")
-                except psycopg.Error:
-                    pass
                 done.set()
 
             threading.Thread(target=run, daemon=True).start()
