@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .._connect import shutdown_fd
+from .._connect import keepalive_params, shutdown_fd
 from ._port import QueuePort
 from ._state import reraise_if_cancelled
 
@@ -75,6 +75,10 @@ def listen_conninfo(conn: Connection, *, application_name: str) -> str:
     """
     info = conn.connection.driver_connection.info  # type: ignore[union-attr]
     extra = {"password": info.password} if info.password else {}
+    # The engine's own keepalive settings carry over in ``dsn``; where it has
+    # none, the library's defaults (issue 18): a LISTEN connection is idle
+    # most of the time, exactly when a vanished peer goes unnoticed.
+    extra.update(keepalive_params(conninfo_to_dict(info.dsn)))
     return make_conninfo(info.dsn, application_name=application_name[:63], **extra)
 
 
