@@ -255,9 +255,17 @@ def shutdown_fd(fd: int) -> None:
 
 
 def shutdown_socket(conn: Connection) -> None:
-    """``shutdown_fd`` on the socket under ``conn``'s psycopg connection."""
+    """``shutdown_fd`` on the socket under ``conn``'s driver connection.
+
+    psycopg (sync or async) has it as ``pgconn.socket``; asyncpg on its
+    transport.  A connection already closed is left alone.
+    """
     try:
-        fd = conn.connection.dbapi_connection.pgconn.socket  # type: ignore[union-attr]
-    except Exception:  # closed already, or not psycopg: nothing to break
+        driver: Any = conn.connection.driver_connection
+        if hasattr(driver, "pgconn"):
+            fd = int(driver.pgconn.socket)
+        else:
+            fd = int(driver._transport.get_extra_info("socket").fileno())
+    except Exception:  # closed already, or a driver we cannot reach into
         return
     shutdown_fd(fd)

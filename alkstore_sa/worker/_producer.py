@@ -43,6 +43,7 @@ import math
 from datetime import UTC, datetime
 
 from .._instrument import notify
+from .._job import Job
 from ._executor import Executor
 from ._state import QueueState, RunState, reraise_if_cancelled
 
@@ -53,6 +54,7 @@ log = logging.getLogger("alkstore_sa.worker")
 SETTLE_CAP = 0.05  # a backlog's free slot never waits longer than this for company
 BACKOFF_CAP = 30.0  # the longest wait between claims while they fail (B5)
 CLAIM_TIMEOUT = 30.0  # seconds a claim waits for its reply before it is abandoned
+ABORT_WAIT = 5.0  # how long an abandoned claim gets to end once its connection is broken
 
 
 class Producer:
@@ -109,14 +111,9 @@ class Producer:
         loop = self._run.loop
         started = loop.time()
         try:
-            jobs = await asyncio.wait_for(
-                qs.port.claim(self._run.settings.worker_id, n), CLAIM_TIMEOUT
-            )
+            jobs = await self._bounded_claim(n)
             took = min(loop.time() - started, SETTLE_CAP)
             qs.settle += (took - qs.settle) / 4  # a moving average of the claim's round trip
-        except TimeoutError:
-            self._failed(TimeoutError(f"no reply within {CLAIM_TIMEOUT:g}s; connection dropped"))
-            jobs = []
         except Exception as exc:
             reraise_if_cancelled(exc)
             self._failed(exc)
@@ -133,6 +130,27 @@ class Producer:
         if len(jobs) == n:
             qs.backlog = True  # a full batch: there may be more
         qs.signal.set()
+
+    async def _bounded_claim(self, n: int) -> list[Job]:
+        """The port's claim, abandoned after ``CLAIM_TIMEOUT`` (``TimeoutError``).
+
+        Abandoned by breaking its connection (``abort_claim``), so the claim
+        ends at once with a connection error wherever it waits (a thread, a
+        driver's cancel path); cancelled only if even that does not end it.
+        """
+        claim = asyncio.ensure_future(self._qs.port.claim(self._run.settings.worker_id, n))
+        try:
+            done, _ = await asyncio.wait({claim}, timeout=CLAIM_TIMEOUT)
+            if not done:
+                self._qs.port.abort_claim()
+                done, _ = await asyncio.wait({claim}, timeout=ABORT_WAIT)
+                if done and claim.exception() is None:
+                    return claim.result()  # the reply came in the meantime after all
+                raise TimeoutError(f"no reply within {CLAIM_TIMEOUT:g}s; connection dropped")
+            return claim.result()
+        finally:
+            if not claim.done():
+                claim.cancel()
 
     def _failed(self, exc: Exception) -> None:
         self._run.db_failed()

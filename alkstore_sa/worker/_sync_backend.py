@@ -128,6 +128,10 @@ class _HotLane:
             raise
         return result
 
+    def abort(self) -> None:
+        """Break the connection the lane's call is blocked on, if any."""
+        self._held.abort()
+
     def close(self) -> None:
         if self._lane is not None:
             # The held connections go back to the pool on the lane's thread,
@@ -179,6 +183,9 @@ class SyncQueuePort:
     async def claim(self, worker_id: str, n: int) -> list[Job]:
         call = self._core.claim(worker_id, n)
         return [] if call is None else await self._backend.claims.run(self._store, call)
+
+    def abort_claim(self) -> None:
+        self._backend.claims.abort()
 
     async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
         call = self._core.ack_claims(list(claims))

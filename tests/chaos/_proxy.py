@@ -128,6 +128,8 @@ class Conn:
     commits: int = 0  # COMMITs forwarded
     hole_for: float | None = None  # how long a triggered blackhole holds it
     holed_at: float | None = None  # time.time() it was (last) blackholed
+    rows_held: int = 0  # result rows read from the server while blackholed
+    hole_armed: float | None = None  # a matched statement's blackhole, due at its end
 
     def saw(self, needle: str) -> bool:
         return any(needle in s for s in self.statements)
@@ -373,7 +375,7 @@ class Proxy:
                     break
                 stop_at: int | None = None  # forward up to here, then cut
                 reason = "commit"
-                hole = False  # blackhole after forwarding this chunk
+                hole_at: int | None = None  # forward up to here, then blackhole
                 reply = b""
                 skip: list[tuple[int, int]] = []  # byte ranges answered here, not forwarded
                 prev = 0
@@ -391,15 +393,21 @@ class Proxy:
                                     self._commit_cuts -= 1
                                     stop_at = end
                             for i, (match, hold) in enumerate(self._blackhole_next):
-                                if not hole and match(sql):
-                                    # Held after all the client wrote with it
-                                    # (its Sync too): the server runs it to the
-                                    # end, the reply is what never arrives.
+                                if match(sql):
                                     del self._blackhole_next[i]
-                                    hole, conn.hole_for = True, hold
+                                    conn.hole_armed = hold
                                     break
+                        # Held after the message that ends the statement (a
+                        # simple Query, or the Sync after an Execute): the
+                        # server runs and commits it, the reply never arrives.
+                        if kind in (b"Q", b"S") and conn.hole_armed is not None:
+                            if hole_at is None:
+                                hole_at, conn.hole_for = end, conn.hole_armed
+                            conn.hole_armed = None
                     elif kind == b"Z":
                         conn.in_flight = None
+                    elif kind == b"D" and not conn.flowing.is_set():
+                        conn.rows_held += 1  # a result row the client never got
                     prev = end
                 if skip:
                     kept, at = b"", 0
@@ -408,7 +416,6 @@ class Proxy:
                         at = b
                     data = kept + data[at:]
                     conn.client_w.write(reply)
-                hole_at = len(data) if hole else None
                 if conn.cut_after is not None and (stop_at is None or conn.cut_after < stop_at):
                     if conn.cut_after < len(data):
                         stop_at, reason = conn.cut_after, "random"
@@ -417,9 +424,10 @@ class Proxy:
                 if self.latency:
                     await asyncio.sleep(self.latency)
                 if hole_at is not None and (stop_at is None or hole_at < stop_at):
+                    # Held first: the reply may be read before the drain returns.
+                    self._hole(conn, conn.hole_for)
                     writer.write(data[:hole_at])
                     await writer.drain()
-                    self._hole(conn, conn.hole_for)
                     data = data[hole_at:]
                     if stop_at is not None:
                         stop_at -= hole_at

@@ -54,13 +54,14 @@ class Producers:
     stop: threading.Event = field(default_factory=threading.Event)
 
 
-def _produce(url: URL, queue: str, opts: QueueOpts, batches: int, out: Producers) -> None:
+def _produce(url: URL, queue: str, opts: QueueOpts, want: int, out: Producers) -> None:
+    """Enqueue 20 jobs per transaction until ``want`` jobs (all threads) were acked."""
     engine = create_engine(url, pool_size=1, max_overflow=0, pool_pre_ping=True)
     q = Store(engine).queue(queue, opts)
     try:
-        for b in range(batches):
-            if out.stop.is_set():
-                return
+        b = 0
+        while len(out.acked) < want and not out.stop.is_set():
+            b += 1
             try:
                 with engine.begin() as conn:
                     ids = q.enqueue_many([b"%d" % b] * 20, session=conn)
@@ -93,7 +94,7 @@ def _cause(cuts: list[Cut], port: int, at: float) -> Cut | None:
 def test_chaos_proxy_cuts_mid_drain_lose_no_acked_enqueue_and_rerun_only_on_cut_acks(
     chaos: Chaos, proxy: Proxy
 ) -> None:
-    queue, preloaded, batches = "cuts", 1000, 100  # + 2 producers x 100 x 20 = 5,000 jobs
+    queue, preloaded, produced = "cuts", 1000, 4000  # 5,000 jobs, 4,000 of them acked via proxy
     opts = QueueOpts(visibility_timeout=10.0, max_attempts=20)
     chaos.max_attempts = 20
     via = proxy.url(chaos.url)
@@ -109,7 +110,7 @@ def test_chaos_proxy_cuts_mid_drain_lose_no_acked_enqueue_and_rerun_only_on_cut_
     procs = [chaos.spawn(queue, **cfg, **{"async": i == 1}) for i in range(2)]
     out = Producers(acked=[])
     producers = [
-        threading.Thread(target=_produce, args=(via, queue, opts, batches, out), daemon=True)
+        threading.Thread(target=_produce, args=(via, queue, opts, produced, out), daemon=True)
         for _ in range(2)
     ]
     for t in producers:
@@ -310,8 +311,11 @@ def test_chaos_proxy_blackholed_claim_is_abandoned_and_the_worker_recovers(
         f"runs={runs} claim_timeout={claim_timeout:g}s vt={vt:g}s "
         f"claim_abandoned_after={failed - holed.holed_at:.2f}s "
         f"claims_work_again_after={recovered - holed.holed_at:.2f}s "
-        f"held_claims_jobs_reclaimed={reclaimed} drain_after_hole={took:.1f}s"
+        f"held_reply_rows={holed.rows_held} reclaimed_runs={reclaimed} "
+        f"drain_after_hole={took:.1f}s"
     )
     assert failed - holed.holed_at < claim_timeout + 8.0
     assert runs == jobs  # the held claim's jobs never ran on it: each job ran once
+    # The jobs in the reply that never came ran later, as their next attempt.
+    assert reclaimed == holed.rows_held
     assert out.ok(), out
