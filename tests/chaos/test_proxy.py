@@ -77,3 +77,22 @@ def test_proxy_blackholes_the_connection_that_sent_a_matching_statement(
             assert c in proxy.blackholed
     finally:
         proxy.close()
+
+
+def test_proxy_latency_and_blackhole_all(pg_server: Server, database_url: URL) -> None:
+    proxy = Proxy(pg_server.host, pg_server.port).start()
+    try:
+        with psycopg.connect(_dsn(proxy.url(database_url)), autocommit=True) as conn:
+            conn.execute("SELECT 1")
+            proxy.latency = 0.1
+            t0 = time.monotonic()
+            conn.execute("SELECT 1")
+            assert time.monotonic() - t0 >= 0.2  # each way waits
+            proxy.latency = 0.0
+            proxy.blackhole_all(0.5)
+            t0 = time.monotonic()
+            assert conn.execute("SELECT 2").fetchone() == (2,)  # held, then forwarded
+            assert 0.4 <= time.monotonic() - t0 < 5
+            assert proxy.cuts == []  # a blackhole is no reset: the socket stayed open
+    finally:
+        proxy.close()
