@@ -86,7 +86,8 @@ WHERE d.job_id IN (SELECT job_id FROM chaos_done GROUP BY job_id HAVING count(*)
 
 def _cause(cuts: list[Cut], port: int, at: float) -> Cut | None:
     """The cut of connection ``port`` that broke a run's ack (after it ended)."""
-    after = [c for c in cuts if c.client_port == port and at - 0.5 <= c.at <= at + 30]
+    # The ack follows the handler's end at once: its cut comes within seconds.
+    after = [c for c in cuts if c.client_port == port and at - 0.05 <= c.at <= at + 10]
     return min(after, key=lambda c: c.at) if after else None
 
 
