@@ -64,7 +64,11 @@ def _engine_kw(cfg: dict[str, Any]) -> dict[str, Any]:
         "pool_timeout": cfg.get("pool_timeout", 30),
         "pool_pre_ping": True,
         # Lets the test count this pool's server connections in pg_stat_activity.
-        "connect_args": {"application_name": f"chaos-pool-{os.getpid()}"},
+        "connect_args": (
+            {"server_settings": {"application_name": f"chaos-pool-{os.getpid()}"}}
+            if "+asyncpg" in cfg["url"]
+            else {"application_name": f"chaos-pool-{os.getpid()}"}
+        ),
     }
 
 

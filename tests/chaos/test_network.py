@@ -193,6 +193,11 @@ def test_chaos_proxy_cuts_mid_drain_lose_no_acked_enqueue_and_rerun_only_on_cut_
     assert by_commit <= len(ack_commit_cuts)
 
 
+def _worker_url(proxy: Proxy, chaos: Chaos, face: str) -> str:
+    via = proxy.url(chaos.url)
+    return _text(via.set(drivername="postgresql+asyncpg") if face == "asyncpg" else via)
+
+
 # Per job: seconds from the enqueue's commit to its first run, in enqueue order.
 WAITS = """
 SELECT extract(epoch FROM min(r.at) - e.at) FROM chaos_enqueued e
@@ -209,13 +214,17 @@ def _log_time(proc_log: str, needle: str) -> float | None:
     return None
 
 
+@pytest.mark.parametrize("face", ["sync", "asyncpg"])
 def test_chaos_proxy_blackholed_listen_connection_is_noticed_and_jobs_keep_flowing(
-    chaos: Chaos, proxy: Proxy
+    chaos: Chaos, proxy: Proxy, face: str
 ) -> None:
-    queue, poll, interval, probe = "bh-listen", 1.0, 2.0, 1.0
+    if face == "asyncpg":
+        pytest.importorskip("asyncpg")
+    queue, poll, interval, probe = f"bh-listen-{face}", 1.0, 2.0, 1.0
     proc = chaos.spawn(
         queue,
-        url=_text(proxy.url(chaos.url)),
+        url=_worker_url(proxy, chaos, face),
+        **{"async": face != "sync"},
         record_url=chaos.url_text,
         concurrency=4,
         poll_interval=poll,
@@ -258,7 +267,7 @@ def test_chaos_proxy_blackholed_listen_connection_is_noticed_and_jobs_keep_flowi
     detect = None if noticed is None else noticed - holed.holed_at
     during, later = sorted(waits[before:after]), sorted(waits[after:])
     report(
-        f"blackholed-listen: jobs={out.jobs} acked={out.acked} lost={out.lost} "
+        f"blackholed-listen-{face}: jobs={out.jobs} acked={out.acked} lost={out.lost} "
         f"duplicate_effects={out.duplicate_effects} liveness_interval={interval:g}s "
         f"probe_timeout={probe:g}s poll_interval={poll:g}s detected_after="
         f"{detect if detect is None else round(detect, 2)}s re_listen_after={relisten:.2f}s "
@@ -273,21 +282,23 @@ def test_chaos_proxy_blackholed_listen_connection_is_noticed_and_jobs_keep_flowi
     assert out.ok(), out
 
 
-@pytest.mark.parametrize("face", ["sync", "async"])
+@pytest.mark.parametrize("face", ["sync", "async", "asyncpg"])
 def test_chaos_proxy_blackholed_claim_is_abandoned_and_the_worker_recovers(
     chaos: Chaos, proxy: Proxy, face: str
 ) -> None:
+    if face == "asyncpg":
+        pytest.importorskip("asyncpg")
     queue, jobs, vt, claim_timeout = f"bh-claim-{face}", 300, 3.0, 2.0
     ids = chaos.enqueue(queue, jobs, QueueOpts(visibility_timeout=vt))
     proc = chaos.spawn(
         queue,
-        url=_text(proxy.url(chaos.url)),
+        url=_worker_url(proxy, chaos, face),
         record_url=chaos.url_text,
         concurrency=4,
         poll_interval=0.2,
         work_ms=20,
         claim_timeout=claim_timeout,
-        **{"async": face == "async"},
+        **{"async": face != "sync"},
     )
     chaos.wait_until(lambda: chaos.runs() >= 20, timeout=30)
     # The next claim reaches the server and runs there; its reply never comes back.
