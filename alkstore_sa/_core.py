@@ -23,6 +23,7 @@ from ._errors import HandleSpentError
 from ._instrument import Carrier, Observer, Send, installed
 from ._job import JOB_STATUSES, Job, JobStatus, QueueStats, SweepResult
 from ._opts import EnqueueOpts, QueueOpts
+from ._park import Parker
 from ._stamps import Stamps, as_interval, backoff_delay, resolve_stamps
 
 T = TypeVar("T")
@@ -32,7 +33,7 @@ Call = Callable[[Connection], T]
 class QueueCore:
     """A queue's validated identity and its operations as calls."""
 
-    __slots__ = ("_plain_stamps", "address", "name", "opts")
+    __slots__ = ("_parker", "_plain_stamps", "address", "name", "opts")
 
     def __init__(self, schema: str, name: object, opts: QueueOpts | None) -> None:
         if opts is not None and not isinstance(opts, QueueOpts):
@@ -42,6 +43,7 @@ class QueueCore:
         self.address = QueueAddress(schema, self.name, channel_for(schema, self.name))
         # The stamps of an enqueue without EnqueueOpts: the same every time.
         self._plain_stamps = resolve_stamps(self.opts, None)
+        self._parker = Parker()
 
     def enqueue_many(
         self, payloads: Iterable[object], opts: EnqueueOpts | None, unique_keys: object = None
@@ -127,13 +129,27 @@ class QueueCore:
         wrapped = send
         return lambda conn: wrapped(conn, {})
 
-    def claim(self, worker_id: object, n: object) -> Call[list[Job]] | None:
-        """``None`` for ``n <= 0``: the face returns ``[]`` and runs no SQL (Q13)."""
+    def claim(
+        self, worker_id: object, n: object, max_batch_payload_bytes: object = None
+    ) -> Call[list[Job]] | None:
+        """``None`` for ``n <= 0``: the face returns ``[]`` and runs no SQL (Q13).
+
+        ``max_batch_payload_bytes`` (issue 18): None, or the most payload
+        bytes one batch brings back (at least one job is always claimed).
+        """
         who = v.worker_id(worker_id)
+        max_bytes = batch_bytes(max_batch_payload_bytes)
         if isinstance(n, int) and not isinstance(n, bool) and n <= 0:
             return None  # any n <= 0 means "none", however low (no int4 range check)
         size = v.integer(n, "n")
-        return partial(_ops.claim, address=self.address, worker_id=who, n=size)
+        return partial(
+            _ops.claim,
+            address=self.address,
+            worker_id=who,
+            n=size,
+            parker=self._parker,
+            max_bytes=max_bytes,
+        )
 
     def ack_batch(self, job_ids: Iterable[object]) -> Call[int] | None:
         ids = v.job_ids(job_ids)
@@ -232,6 +248,13 @@ class QueueCore:
 
     def stats(self) -> Call[QueueStats]:
         return partial(_ops.stats, address=self.address)
+
+
+def batch_bytes(value: object) -> int | None:
+    """A ``max_batch_payload_bytes`` checked: None, or an int of at least 1."""
+    if value is None:
+        return None
+    return v.integer(value, "max_batch_payload_bytes", minimum=1)
 
 
 def _key_only(opts: EnqueueOpts) -> bool:

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Update
 from ._errors import AlkstoreError
 from ._execute import fetch
 from ._job import Job, JobStatus, QueueStats, SweepResult
+from ._park import PARK_LIMIT, Parker
 from ._sql import claim as claim_sql
 from ._sql import enqueue as enqueue_sql
 from ._sql import handle as handle_sql
@@ -166,16 +167,43 @@ def _insert_keyed(
     return fetch(conn, address, stmt, many)
 
 
-def claim(conn: Connection, *, address: QueueAddress, worker_id: str, n: int) -> list[Job]:
-    params = {"p_queue": address.queue, "p_worker_id": worker_id, "p_n": n}
+def claim(
+    conn: Connection,
+    *,
+    address: QueueAddress,
+    worker_id: str,
+    n: int,
+    parker: Parker | None = None,
+    max_bytes: int | None = None,
+) -> list[Job]:
+    """Q8-Q12; ``max_bytes``: the batch's payloads add up to at most that (but one
+    job is always taken), issue 18."""
+    params: dict[str, Any] = {"p_queue": address.queue, "p_worker_id": worker_id, "p_n": n}
+    if max_bytes is not None:
+        params["p_max_bytes"] = max_bytes
+    stmt = _claim_statement(conn, bounded=max_bytes is not None)
+    if parker is not None and parker.take():
+        # Before the claim, not after: a park that fails (a statement or lock
+        # timeout, a cut connection) then raises with nothing claimed.  After
+        # it, the claim would have committed and its jobs, never handed to
+        # the caller, would sit processing until their claims lapsed.
+        park(conn, address=address, parker=parker)
     # RETURNING jobs.*: the live columns in table order (pinned by a test).
-    jobs = [Job.from_live(row) for row in fetch(conn, address, _claim_statement(conn), params)]
+    jobs = [Job.from_live(row) for row in fetch(conn, address, stmt, params)]
     # UPDATE ... RETURNING has no order; hand jobs out in claim order (Q9).
     jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
     return jobs
 
 
-def _claim_statement(conn: Connection) -> Update:
+def park(conn: Connection, *, address: QueueAddress, parker: Parker) -> int:
+    """S3: set aside up to ``PARK_LIMIT`` expired pending rows; how many were."""
+    params = {"p_queue": address.queue, "p_limit": PARK_LIMIT}
+    count = len(fetch(conn, address, claim_sql.park(), params))
+    parker.parked(count)
+    return count
+
+
+def _claim_statement(conn: Connection, *, bounded: bool = False) -> Update:
     """The claim for this server (``_sql/claim.py``).
 
     From PostgreSQL 18 one ordered scan, which its B-tree skip scan makes a
@@ -183,7 +211,9 @@ def _claim_statement(conn: Connection) -> Update:
     version is the one the dialect read when the engine first connected.
     """
     version = conn.dialect.server_version_info or (0,)
-    return claim_sql.claim() if version >= claim_sql.SKIP_SCAN_SINCE else claim_sql.claim_walk()
+    if version >= claim_sql.SKIP_SCAN_SINCE:
+        return claim_sql.claim_bounded() if bounded else claim_sql.claim()
+    return claim_sql.claim_walk_bounded() if bounded else claim_sql.claim_walk()
 
 
 def _held(job_id: int, attempts: int) -> dict[str, Any]:

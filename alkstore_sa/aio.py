@@ -151,9 +151,13 @@ class AsyncQueue(QueueFace[AsyncStore]):
         handles = await self.claim_batch(worker_id, 1)
         return handles[0] if handles else None
 
-    async def claim_batch(self, worker_id: str, n: int) -> list[AsyncJobHandle]:
+    async def claim_batch(
+        self, worker_id: str, n: int, *, max_batch_payload_bytes: int | None = None
+    ) -> list[AsyncJobHandle]:
+        """Up to ``n`` jobs in claim order; ``max_batch_payload_bytes``: stop once
+        their payloads add up to that many bytes (one job is always taken)."""
         self._life.check_open()
-        call = self._core.claim(worker_id, n)
+        call = self._core.claim(worker_id, n, max_batch_payload_bytes)
         if call is None:
             return []
         jobs = await self._store._run(call)

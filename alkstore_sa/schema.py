@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
+    Computed,
     DateTime,
     Identity,
     Index,
@@ -82,6 +84,21 @@ jobs = Table(
     # no dead index tuples for the claim to step over).  Internal: not a
     # Job field; the contract's deadline is claim_deadline.
     Column("deadline_floor", _TZ),
+    # S3: an expired pending row the claim has set aside for the sweep
+    # (``_sql/claim.park``).  It stays pending and expired, as the contract
+    # says, until sweep_expired() moves it (Q25); parking only takes it out
+    # of the claim's index range, so claims stop reading it.  Internal.
+    Column("parked", Boolean, nullable=False, server_default=text("false")),
+    # S3: the claim index's time key: run_at, or +infinity once parked (never
+    # due, so never in the due range a claim scans).  Computed by PostgreSQL
+    # from the row, so no statement that sets run_at can forget it; for an
+    # unparked row it is run_at, so the claim order (Q9) is unchanged.
+    Column(
+        "claim_at",
+        _TZ,
+        Computed("CASE WHEN parked THEN 'infinity'::timestamptz ELSE run_at END", persisted=True),
+        nullable=False,
+    ),
     CheckConstraint("status IN ('pending', 'processing')", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
@@ -91,13 +108,22 @@ jobs = Table(
         name="claimed",
     ),
     # The claim walks this in its ORDER BY (Q9) and stops at LIMIT.
+    # claim_at is run_at for every row a claim may take (see above).
     Index(
         "jobs_claim_ix",
         "queue",
         text("priority DESC"),
-        "run_at",
+        "claim_at",
         "id",
         postgresql_where=text("status = 'pending'"),
+    ),
+    # S3: expired pending rows not parked yet -- what a park looks for, and
+    # nothing else (rows without an expiry never enter it).
+    Index(
+        "jobs_park_ix",
+        "queue",
+        "expires_at",
+        postgresql_where=text("status = 'pending' AND NOT parked AND expires_at IS NOT NULL"),
     ),
     # Migration 0007 also sets fillfactor = 70 on this table (room on each
     # page for a heartbeat's HOT update, H1); not declared here, since

@@ -130,9 +130,13 @@ class Queue(QueueFace[Store]):
         handles = self.claim_batch(worker_id, 1)
         return handles[0] if handles else None
 
-    def claim_batch(self, worker_id: str, n: int) -> list[JobHandle]:
+    def claim_batch(
+        self, worker_id: str, n: int, *, max_batch_payload_bytes: int | None = None
+    ) -> list[JobHandle]:
+        """Up to ``n`` jobs in claim order; ``max_batch_payload_bytes``: stop once
+        their payloads add up to that many bytes (one job is always taken)."""
         self._life.check_open()
-        call = self._core.claim(worker_id, n)
+        call = self._core.claim(worker_id, n, max_batch_payload_bytes)
         if call is None:
             return []
         return [

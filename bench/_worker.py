@@ -165,25 +165,31 @@ def d2_async(
     prometheus: bool = False,
     case: str = "D2",
     driver: str = "psycopg",
+    concurrency: int = CONCURRENCY,
+    sleep: float = 0.0,
 ) -> Figure:
     """The same drain by an ``AsyncWorker`` with an async no-op handler (for reference);
-    ``driver``: its engine's (D1)."""
+    ``driver``: its engine's (D1); ``sleep``: the handler awaits that long (D3)."""
     fill(db, "d2", jobs)
     bar = Bar(label, jobs)
     counter = _Counter(jobs, bar)
 
     async def go() -> tuple[float, float, float]:
         engine = create_async_engine(
-            db.async_url(driver), pool_size=CONCURRENCY + 4, max_overflow=4
+            db.async_url(driver), pool_size=concurrency + 4, max_overflow=4
         )
         astore = AsyncStore(engine)
 
         async def noop(job: Job) -> None:
             counter.hit()
 
+        async def io_bound(job: Job) -> None:
+            await asyncio.sleep(sleep)
+            counter.hit()
+
         worker = AsyncWorker(
-            {astore.queue("d2"): noop},
-            concurrency=CONCURRENCY,
+            {astore.queue("d2"): io_bound if sleep else noop},
+            concurrency=concurrency,
             poll_interval=1.0,
             handle_signals=False,
         )
@@ -207,6 +213,10 @@ def d2_async(
     with _prometheus(prometheus, jobs, label):
         t0, t1, cpu = asyncio.run(go())
     bar.close(rate=jobs / (t1 - t0))
+    if case == "D3":
+        handler = f"sleep {sleep * 1000:g} ms" if sleep else "no-op"
+        shape = f"AsyncWorker c={concurrency}, {handler}"
+        return Figure("D3", "alkstore-async", shape, jobs, t1 - t0, {"cpu_us_per_job": cpu})
     if case != "D2":
         system = "alkstore+prometheus" if prometheus else "alkstore"
         shape = f"AsyncWorker c={CONCURRENCY}"

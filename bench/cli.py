@@ -354,6 +354,15 @@ def _plan(
                         )
                     ),
                 )
+                # For reference: the AsyncWorker, async handlers (no thread hand-offs).
+                add(
+                    f"D3 round {r + 1} AsyncWorker {'sleep 1 ms' if sleep else 'no-op'}",
+                    fresh(
+                        lambda lb, sl=sleep: _worker.d2_async(
+                            db, s.drain, lb, case="D3", concurrency=D3_CONCURRENCY, sleep=sl
+                        )
+                    ),
+                )
     if "L1" in only:
         add("L1 alkstore wake latency", fresh(lambda lb: _worker.l1(db, s.l1, lb)))
         for drv in drivers:
@@ -391,7 +400,12 @@ def _plan(
         def s3(lb: str) -> Any:
             say(f"S3: adding {s.s3_expired:,} expired, unswept jobs at a higher priority ...")
             _cases.grow_outranking(db, "s3", s.s3_expired, expired=True)
-            return _d1(db, s, "S3", "alkstore", 10, lb)
+            first = _d1(db, s, "S3", "alkstore", 10, lb)
+            # The same drain again over the same expired rows, which the first
+            # drain's claims parked: what every drain after the first costs.
+            again = _d1(db, s, "S3", "alkstore", 10, lb + " again")
+            again.shape += ", parked"
+            return [first, again]
 
         add("S3 alkstore n=10", fresh(s3))
     if "S4" in only:

@@ -199,7 +199,10 @@ class FakePort:
     def listen_group(self) -> Hashable:
         return id(self.db)
 
-    async def claim(self, worker_id: str, n: int) -> list[Job]:
+    async def claim(
+        self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
+    ) -> list[Job]:
+        # The byte bound is the SQL's (tests/test_r_batch_payload_bytes.py pins it).
         await asyncio.sleep(self.db.claim_latency)
         return self.db.claim(worker_id, n)
 

@@ -69,8 +69,9 @@ def test_a_cursor_listener_sees_every_statement(engine: Engine) -> None:
         seen.append(statement)
 
     _round_trip(Store(engine))
-    # enqueue, enqueue_many, claim, heartbeat, ack, ack_batch, get_job
-    assert len(seen) == 7
+    # enqueue, enqueue_many, the first claim's park (S3), claim, heartbeat, ack,
+    # ack_batch, get_job
+    assert len(seen) == 8
     assert seen[0].startswith("WITH inserted AS") and "pg_notify" in seen[0]
 
 

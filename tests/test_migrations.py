@@ -362,6 +362,48 @@ def test_h1_upgrade_gives_claims_in_flight_a_floor_so_their_lapse_is_seen(
         eng.dispose()
 
 
+def test_s3_parked_expired_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:
+    """0008 (parked, claim_at; S3) on a store in use, parked rows included."""
+    cfg = alembic_config(url=blank_database)
+    command.upgrade(cfg, "alkstore_0007_hot_heartbeats")
+    with connect(blank_database) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts,"
+                " visibility_timeout, expires_at, priority) SELECT 'm', '\\x01',"
+                " statement_timestamp() - g * interval '1 s', 5, interval '30 s',"
+                " CASE WHEN g % 2 = 0 THEN statement_timestamp() - interval '1 s' END, g % 3"
+                " FROM generate_series(1, 20) AS g"
+            )
+        )
+        conn.commit()
+    before = _every_job(blank_database)
+    command.upgrade(cfg, "head")
+    assert _every_job(blank_database) == before
+    eng = create_engine(blank_database)
+    try:
+        with Store(eng) as store:
+            q = store.queue("m")
+            assert len(q.claim_batch("w", 3)) == 3  # and parks the ten expired rows
+            with connect(blank_database) as conn:
+                parked = conn.execute(text("SELECT count(*) FROM alkstore.jobs WHERE parked"))
+                assert parked.scalar_one() == 10
+            claimed = _every_job(blank_database)
+            command.downgrade(cfg, "alkstore_0007_hot_heartbeats")
+            assert _every_job(blank_database) == claimed
+            command.upgrade(cfg, "head")
+            assert _every_job(blank_database) == claimed
+            with connect(blank_database) as conn:
+                off_key = conn.execute(
+                    text("SELECT count(*) FROM alkstore.jobs WHERE parked OR claim_at <> run_at")
+                )
+                assert off_key.scalar_one() == 0  # nothing starts parked
+            assert q.sweep_expired().expired == 10
+            assert len(q.claim_batch("w", 10)) == 7
+    finally:
+        eng.dispose()
+
+
 # --- M2 ----------------------------------------------------------------------
 
 

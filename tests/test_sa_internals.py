@@ -29,9 +29,9 @@ from alkstore_sa._sa_internals import Kind, Member
 from ._locks import row_locked
 from .test_execute_paths import _round_trip
 
-# The statements _round_trip runs: enqueue, enqueue_many, claim, heartbeat,
-# ack, ack_batch, get_job.
-ROUND_TRIP_STATEMENTS = 7
+# The statements _round_trip runs: enqueue, enqueue_many, the park a queue's
+# first claim runs (S3), claim, heartbeat, ack, ack_batch, get_job.
+ROUND_TRIP_STATEMENTS = 8
 
 GONE = {
     "class member gone": Member(Connection, "_alkstore_gone", Kind.METHOD),

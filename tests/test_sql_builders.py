@@ -41,6 +41,9 @@ ENQUEUE_STAMPS = {
 EXPECTED: dict[str, set[str]] = {
     "claim.claim": {"p_queue", "p_worker_id", "p_n"},
     "claim.claim_walk": {"p_queue", "p_worker_id", "p_n"},
+    "claim.claim_bounded": {"p_queue", "p_worker_id", "p_n", "p_max_bytes"},
+    "claim.claim_walk_bounded": {"p_queue", "p_worker_id", "p_n", "p_max_bytes"},
+    "claim.park": {"p_queue", "p_limit"},
     "enqueue.enqueue": {*ENQUEUE_STAMPS, "p_payloads"},
     "enqueue.enqueue_one": {*ENQUEUE_STAMPS, "p_payload"},
     "enqueue.enqueue_traced": {*ENQUEUE_STAMPS, "p_payloads", "p_trace_context"},
@@ -175,7 +178,8 @@ def test_builder_constants_travel_as_parameters() -> None:
     assert "expired" in _compile(queue.bury_expired()).params.values()
 
 
-CLAIMS = [claim.claim, claim.claim_walk]  # PostgreSQL 18+, and before (_ops._claim_statement)
+# PostgreSQL 18+, and before (_ops._claim_statement); each also under a byte bound (issue 18).
+CLAIMS = [claim.claim, claim.claim_walk, claim.claim_bounded, claim.claim_walk_bounded]
 
 
 @pytest.mark.parametrize("build", CLAIMS)
@@ -198,7 +202,7 @@ def test_o4_every_row_source_of_the_claim_checks_the_pause(build: Callable[[], A
     assert text.count("alkstore.paused_queues.queue = %(p_queue)s") == 2
     lapsed_rows = text[text.index("lapsed_rows AS") : text.index("exhausted_moved AS")]
     assert gate in lapsed_rows
-    if build is claim.claim_walk:
+    if build in (claim.claim_walk, claim.claim_walk_bounded):
         due = text[text.index("walk(p, ids, found) AS") : text.index("UNION ALL")]
     else:
         due = text[text.index("due AS") : text.index("lapsed AS")]
@@ -266,5 +270,7 @@ def test_rows_read_by_position_come_in_live_column_order() -> None:
     for build in CLAIMS:
         assert tuple(c.name for c in build().exported_columns) == LIVE_COLUMNS
     assert tuple(queue.get_job().selected_columns.keys()) == (*LIVE_COLUMNS, "died_at")
-    # jobs.* is the live columns plus the internal deadline_floor (H1), never read back.
-    assert tuple(c.name for c in jobs.c if c.name != "deadline_floor") == LIVE_COLUMNS
+    # jobs.* is the live columns plus internal ones never read back: deadline_floor
+    # (H1), parked and claim_at (S3).
+    internal = {"deadline_floor", "parked", "claim_at"}
+    assert tuple(c.name for c in jobs.c if c.name not in internal) == LIVE_COLUMNS

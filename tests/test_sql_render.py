@@ -28,6 +28,7 @@ PARAMS: dict[str, Any] = {
     "p_queue": "render",
     "p_worker_id": "w",
     "p_n": 3,
+    "p_max_bytes": 1000,
     "p_payloads": [b"a", b"\x00b"],
     "p_payload": b"\x00c",
     "p_unique_key": "render-key",

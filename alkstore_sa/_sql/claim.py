@@ -26,11 +26,11 @@ started (O4).
 
 Rows another transaction holds are skipped, never waited for.  What the
 claim reads does not grow with the rows that are not claimable now, with
-two exceptions below (issue 14; docs/design.md "The claim's cost in every
+one exception at the end (issue 14; docs/design.md "The claim's cost in every
 backlog shape" has the EXPLAIN figures and the designs rejected):
 
 - not-yet-due rows that outrank the due ones: ``jobs_claim_ix`` (queue,
-  priority DESC, run_at, id) WHERE pending is read as a loose index scan,
+  priority DESC, claim_at, id) WHERE pending is read as a loose index scan,
   one priority level at a time, stopping at the LIMIT.  PostgreSQL 18's
   B-tree skip scan does that by itself for the single ordered scan
   (``claim``: 125 buffers, 0.18 ms per claim at 1M such rows, as on an
@@ -47,18 +47,25 @@ backlog shape" has the EXPLAIN figures and the designs rejected):
   backlog;
 - the lapsed range of ``jobs_lapse_ix``: scanned once, shared by the burial
   and the reclaim (twice before), so the dead entries a long-open
-  transaction keeps there are read once per claim.
+  transaction keeps there are read once per claim;
+- expired rows awaiting a sweep that outrank the due ones: due by
+  ``run_at``, only the row's ``expires_at`` rules them out, so until
+  parked each is read on the heap by every claim.  Claims park them
+  (``park``, at most every second per queue object, ``_park.py``): a parked
+  row is still pending and expired for every reader, but its ``claim_at``
+  (the index's time key: ``run_at``, or +infinity once parked) puts it past
+  the due range.  The scans order by ``claim_at``, which is ``run_at`` for
+  every row they may take.
 
-Not flat: expired rows awaiting a sweep that outrank the due ones (each is
-read, on the heap, to see its ``expires_at``: the contract keeps them
-pending until ``sweep_expired()``), and, under a transaction held open,
-the dead entries every claimed job leaves at the head of its level in
-``jobs_claim_ix``, where the claim's scan starts.
+Not flat: under a transaction held open, the dead entries every claimed
+job leaves at the head of its level in ``jobs_claim_ix``, where the
+claim's scan starts.
 """
 
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 from sqlalchemy import (
     ARRAY,
@@ -91,8 +98,11 @@ __all__ = [
     "SKIP_SCAN_SINCE",
     "bury_lapsed_exhausted",
     "claim",
+    "claim_bounded",
     "claim_walk",
+    "claim_walk_bounded",
     "not_paused",
+    "park",
 ]
 
 LAPSED_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
@@ -201,10 +211,25 @@ def _bury_exhausted_of(lapsed_rows: CTE) -> CTE:
     return move_to_dead(locked_ids, literal(LAPSED_EXHAUSTED_ERROR, type_=Text), "exhausted")
 
 
-def _reclaimable_of(lapsed_rows: CTE) -> CTE:
+def _size() -> ColumnElement[int]:
+    """A row's payload size in bytes, for the byte-bounded claim.
+
+    ``octet_length`` of a ``bytea`` reads the stored value's length header;
+    a payload kept out of line (TOAST) is not fetched to measure it.
+    """
+    return func.octet_length(jobs.c.payload).label("size")
+
+
+def _keys(sized: bool) -> tuple[ColumnElement[Any], ...]:
+    """What each candidate carries into ``picked``: its id and sort keys (and size)."""
+    keys: tuple[ColumnElement[Any], ...] = (jobs.c.id, jobs.c.priority, jobs.c.run_at)
+    return (*keys, _size()) if sized else keys
+
+
+def _reclaimable_of(lapsed_rows: CTE, sized: bool = False) -> CTE:
     """Q11: the first ``:n`` lapsed rows with attempts left, in claim order, locked."""
     return (
-        select(jobs.c.id, jobs.c.priority, jobs.c.run_at)
+        select(*_keys(sized))
         .where(
             id_among(
                 select(lapsed_rows.c.id).where(
@@ -254,13 +279,13 @@ def _due_walk() -> CTE:
     prev = walk.alias("prev")
     head = jobs.alias("head")
     level = (
-        select(head.c.priority, head.c.run_at, head.c.id)
+        select(head.c.priority, head.c.claim_at, head.c.id)
         .where(
             head.c.queue == bindparam("p_queue", type_=Text),
             head.c.status == "pending",
             head.c.priority < prev.c.p,
         )
-        .order_by(head.c.priority.desc(), head.c.run_at, head.c.id)
+        .order_by(head.c.priority.desc(), head.c.claim_at, head.c.id)
         .limit(literal(1, type_=Integer))
         .lateral("level")
     )
@@ -270,11 +295,11 @@ def _due_walk() -> CTE:
             _this_queue(),
             jobs.c.status == "pending",
             jobs.c.priority == level.c.priority,
-            tuple_(jobs.c.run_at, jobs.c.id) >= tuple_(level.c.run_at, level.c.id),
-            jobs.c.run_at <= NOW,
+            tuple_(jobs.c.claim_at, jobs.c.id) >= tuple_(level.c.claim_at, level.c.id),
+            jobs.c.claim_at <= NOW,
             _unexpired(),
         )
-        .order_by(jobs.c.run_at, jobs.c.id)
+        .order_by(jobs.c.claim_at, jobs.c.id)
         .limit(bindparam("p_n", type_=Integer) - prev.c.found)
         .with_for_update(skip_locked=True)
         .correlate(prev, level)
@@ -295,7 +320,7 @@ def _due_walk() -> CTE:
     return walk.union_all(step)
 
 
-def _due_scan() -> Select[tuple[int, int, object]]:
+def _due_scan(sized: bool = False) -> Select[Any]:
     """The first ``:n`` due rows in claim order, locked: one ordered scan of ``jobs_claim_ix``.
 
     For PostgreSQL 18 and later, whose B-tree skip scan makes this one scan
@@ -308,15 +333,15 @@ def _due_scan() -> Select[tuple[int, int, object]]:
     the due ones (``claim_walk``).
     """
     due = (
-        select(jobs.c.id, jobs.c.priority, jobs.c.run_at)
+        select(*_keys(sized))
         .where(
             _this_queue(),
             _unexpired(),
             jobs.c.status == "pending",
-            jobs.c.run_at <= NOW,
+            jobs.c.claim_at <= NOW,
             not_paused(),
         )
-        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+        .order_by(jobs.c.priority.desc(), jobs.c.claim_at, jobs.c.id)
         .limit(bindparam("p_n", type_=Integer))
         .with_for_update(skip_locked=True)
         .cte("due")
@@ -324,23 +349,22 @@ def _due_scan() -> Select[tuple[int, int, object]]:
     return select(due)
 
 
-def _due_from_walk() -> Select[tuple[int, int, object]]:
+def _due_from_walk(sized: bool = False) -> Select[Any]:
     """The rows ``_due_walk`` took, with their sort keys (looked up by id)."""
     walk = _due_walk()
-    return select(jobs.c.id, jobs.c.priority, jobs.c.run_at).where(
-        id_among(select(func.unnest(walk.c.ids)))
-    )
+    return select(*_keys(sized)).where(id_among(select(func.unnest(walk.c.ids))))
 
 
-def _claim(due: Select[tuple[int, int, object]]) -> Update:
+def _claim(due: Select[Any], sized: bool = False) -> Update:
     lapsed_rows = _lapsed_rows()
-    both = union_all(due, select(_reclaimable_of(lapsed_rows))).subquery("both")
-    picked = (
-        select(both.c.id)
-        .order_by(both.c.priority.desc(), both.c.run_at, both.c.id)
-        .limit(bindparam("p_n", type_=Integer))
-        .cte("picked")
-    )
+    both = union_all(due, select(_reclaimable_of(lapsed_rows, sized))).subquery("both")
+    order = (both.c.priority.desc(), both.c.run_at, both.c.id)
+    if sized:
+        picked = _within_bytes(both, order)
+    else:
+        picked = (
+            select(both.c.id).order_by(*order).limit(bindparam("p_n", type_=Integer)).cte("picked")
+        )
     return (
         update(jobs)
         .where(id_among(select(picked.c.id)))
@@ -353,6 +377,39 @@ def _claim(due: Select[tuple[int, int, object]]) -> Update:
         )
         .returning(*LIVE)
         .add_cte(_bury_exhausted_of(lapsed_rows))
+    )
+
+
+def _within_bytes(both: FromClause, order: tuple[ColumnElement[object], ...]) -> CTE:
+    """``picked`` under a byte bound: the longest prefix, in claim order, of the first
+    ``:n`` candidates whose payloads add up to at most ``:max_bytes`` -- and at least
+    the first one, so a job bigger than the bound is still claimed, alone.
+
+    The candidates are the same rows, in the same order, as the unbounded
+    claim's: the bound only cuts the batch short (the rows locked and left
+    out are free again when the statement ends, as the unbounded claim's
+    surplus candidates are).  ``(priority, run_at, id)`` is unique, so the
+    running sum's frame is exactly the rows before and at each one.
+    """
+    ranked = (
+        select(
+            both.c.id,
+            func.row_number().over(order_by=order).label("nth"),
+            func.sum(both.c.size).over(order_by=order, rows=(None, 0)).label("running"),
+        )
+        .order_by(*order)
+        .limit(bindparam("p_n", type_=Integer))
+        .cte("ranked")
+    )
+    return (
+        select(ranked.c.id)
+        .where(
+            or_(
+                ranked.c.nth == literal(1, type_=BigInteger),
+                ranked.c.running <= bindparam("p_max_bytes", type_=BigInteger),
+            )
+        )
+        .cte("picked")
     )
 
 
@@ -370,3 +427,49 @@ def claim() -> Update:
 def claim_walk() -> Update:
     """``claim`` with the due rows found by ``_due_walk``: flat before PostgreSQL 18 too."""
     return _claim(_due_from_walk())
+
+
+@cache
+def park() -> Update:
+    """S3: set aside up to ``:limit`` of ``:queue``'s expired pending rows; RETURNING ids.
+
+    A parked row keeps its status, its expiry and every field a caller
+    reads: it is still pending, still counted expired, and still moved to
+    dead by ``sweep_expired()`` (Q25).  Only its ``claim_at`` becomes
+    +infinity, which takes it out of the due range of ``jobs_claim_ix``:
+    claims stop reading it (until parked, each claim reads every expired row
+    that outranks the due ones, on the heap, to see its ``expires_at``).
+    Found through ``jobs_park_ix``, which holds only unparked expired
+    candidates, so a park with nothing to do is one index descent.  Rows
+    another transaction holds are skipped: the next park takes them.
+    """
+    candidates = (
+        select(jobs.c.id)
+        .where(
+            _this_queue(),
+            jobs.c.status == "pending",
+            ~jobs.c.parked,
+            jobs.c.expires_at.is_not(None),
+            jobs.c.expires_at <= NOW,
+        )
+        .order_by(jobs.c.expires_at)
+        .limit(bindparam("p_limit", type_=Integer))
+        .with_for_update(skip_locked=True)
+    )
+    return update(jobs).where(id_among(candidates)).values(parked=True).returning(jobs.c.id)
+
+
+@cache
+def claim_bounded() -> Update:
+    """``claim`` that stops once the batch's payloads reach ``:max_bytes`` (issue 18).
+
+    A statement of its own, not a clause of ``claim``: a claim without a
+    bound runs exactly the statement (and plan) it always did.
+    """
+    return _claim(_due_scan(sized=True), sized=True)
+
+
+@cache
+def claim_walk_bounded() -> Update:
+    """``claim_walk`` under a byte bound (``claim_bounded``)."""
+    return _claim(_due_from_walk(sized=True), sized=True)

@@ -79,8 +79,10 @@ class AsyncQueuePort:
         """The store, when its engine speaks asyncpg: it listens the asyncpg way (D1)."""
         return self._store if self._store.engine.dialect.driver == "asyncpg" else None
 
-    async def claim(self, worker_id: str, n: int) -> list[Job]:
-        call = self._core.claim(worker_id, n)
+    async def claim(
+        self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
+    ) -> list[Job]:
+        call = self._core.claim(worker_id, n, max_batch_payload_bytes)
         if call is None:
             return []
 

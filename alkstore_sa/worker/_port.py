@@ -40,8 +40,14 @@ class QueuePort(Protocol):
         """Ports of one group share a LISTEN connection (one per engine)."""
         ...
 
-    async def claim(self, worker_id: str, n: int) -> list[Job]:
-        """Claim up to ``n`` due jobs for ``worker_id``, in claim order (Q8-Q12)."""
+    async def claim(
+        self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
+    ) -> list[Job]:
+        """Claim up to ``n`` due jobs for ``worker_id``, in claim order (Q8-Q12).
+
+        ``max_batch_payload_bytes``: stop once their payloads add up to that
+        many bytes, but always take at least one (issue 18).
+        """
         ...
 
     def abort_claim(self) -> None:

@@ -127,8 +127,11 @@ class Producer:
                 notify(functools.partial(observer.claimed, qs.name, jobs), "claimed")
         for job in jobs:
             self._executor.start(qs, job)
-        if len(jobs) == n:
-            qs.backlog = True  # a full batch: there may be more
+        if len(jobs) == n or (jobs and self._run.settings.max_batch_payload_bytes is not None):
+            # A full batch: there may be more.  Under a byte bound a short
+            # batch may have been cut by the bound, not by the queue running
+            # dry: claim again as slots free up (an empty claim ends it).
+            qs.backlog = True
         qs.signal.set()
 
     async def _bounded_claim(self, n: int) -> list[Job]:
@@ -138,7 +141,13 @@ class Producer:
         ends at once with a connection error wherever it waits (a thread, a
         driver's cancel path); cancelled only if even that does not end it.
         """
-        claim = asyncio.ensure_future(self._qs.port.claim(self._run.settings.worker_id, n))
+        settings = self._run.settings
+        bound = settings.max_batch_payload_bytes
+        claim = asyncio.ensure_future(
+            self._qs.port.claim(settings.worker_id, n)
+            if bound is None
+            else self._qs.port.claim(settings.worker_id, n, bound)
+        )
         try:
             done, _ = await asyncio.wait({claim}, timeout=CLAIM_TIMEOUT)
             if not done:

@@ -180,8 +180,10 @@ class SyncQueuePort:
     def listen_group(self) -> Hashable:
         return id(self._store.engine)
 
-    async def claim(self, worker_id: str, n: int) -> list[Job]:
-        call = self._core.claim(worker_id, n)
+    async def claim(
+        self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
+    ) -> list[Job]:
+        call = self._core.claim(worker_id, n, max_batch_payload_bytes)
         return [] if call is None else await self._backend.claims.run(self._store, call)
 
     def abort_claim(self) -> None:

@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from .. import _validate as v
+from .._core import batch_bytes
 from ..aio import AsyncQueue, AsyncStore
 from ..store import Queue, Store
 from ..tasks import Tasks
@@ -54,6 +55,7 @@ def _settings(
     sweep_interval: object,
     vacuum_interval: object,
     handle_signals: bool,
+    max_batch_payload_bytes: object = None,
 ) -> Settings:
     return Settings(
         worker_id=v.worker_id(default_worker_id() if worker_id is None else worker_id),
@@ -64,6 +66,7 @@ def _settings(
         sweep_interval=v.optional_duration(sweep_interval, "sweep_interval"),
         vacuum_interval=v.optional_duration(vacuum_interval, "vacuum_interval"),
         handle_signals=bool(handle_signals),
+        max_batch_payload_bytes=batch_bytes(max_batch_payload_bytes),
     )
 
 
@@ -196,7 +199,8 @@ class Worker(_Base):
     None: never, leave it to autovacuum).  ``handlers`` may be a ``Tasks``
     registry instead (T2): each of its queues gets a handler that runs its
     tasks by name.  ``periodic``: the ``Periodic`` schedules this worker
-    fires (P1).
+    fires (P1).  ``max_batch_payload_bytes`` (None = no bound): no claim
+    brings back more payload bytes than that, beyond its first job (issue 18).
     """
 
     def __init__(
@@ -212,6 +216,7 @@ class Worker(_Base):
         worker_id: str | None = None,
         handle_signals: bool = True,
         periodic: Iterable[Periodic] | None = None,
+        max_batch_payload_bytes: int | None = None,
     ) -> None:
 
         def sync_only(spec: HandlerSpec, name: str) -> None:
@@ -233,6 +238,7 @@ class Worker(_Base):
                 sweep_interval,
                 vacuum_interval,
                 handle_signals,
+                max_batch_payload_bytes,
             )
         )
 
@@ -275,6 +281,7 @@ class AsyncWorker(_Base):
         worker_id: str | None = None,
         handle_signals: bool = True,
         periodic: Iterable[Periodic] | None = None,
+        max_batch_payload_bytes: int | None = None,
     ) -> None:
 
         def session_needs_async(spec: HandlerSpec, name: str) -> None:
@@ -299,6 +306,7 @@ class AsyncWorker(_Base):
                 sweep_interval,
                 vacuum_interval,
                 handle_signals,
+                max_batch_payload_bytes,
             )
         )
 
