@@ -46,7 +46,16 @@ class AsyncStore:
     ) -> AsyncStore:
         """A store that owns its engine (disposed on ``close()``)."""
         engine_kw.setdefault("pool_pre_ping", True)
-        store = cls(create_async_engine(_connect.url_for(url), **engine_kw), schema=schema)
+        parsed = _connect.url_for(url)
+        # TCP keepalives unless the URL or connect_args set them (issue 18):
+        # libpq parameters on psycopg, socket options on asyncpg.
+        engine_kw["connect_args"] = _connect.keepalive_connect_args(
+            parsed, engine_kw.get("connect_args")
+        )
+        engine = create_async_engine(parsed, **engine_kw)
+        if engine.dialect.driver == "asyncpg":
+            _connect.asyncpg_keepalives(engine)
+        store = cls(engine, schema=schema)
         store._owns_engine = True
         return store
 

@@ -206,6 +206,9 @@ class FakePort:
         await asyncio.sleep(self.db.claim_latency)
         return self.db.claim(worker_id, n)
 
+    def abort_claim(self) -> None:
+        pass  # the in-memory claim never waits on a peer
+
     async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
         return self.db.ack(claims)
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import URL, Engine, create_engine
 from sqlalchemy.exc import DBAPIError
 
+from .._connect import keepalive_connect_args
 from .._url import ENV_VAR, describe_connect_error, normalize_url, require_psycopg
 from ..schema import DEFAULT_SCHEMA
 
@@ -52,6 +53,7 @@ class Database:
         connect_args = (
             {} if "connect_timeout" in self.url.query else {"connect_timeout": CONNECT_TIMEOUT}
         )
+        connect_args = keepalive_connect_args(self.url, connect_args)  # issue 18
         return create_engine(self.url, pool_size=1, max_overflow=2, connect_args=connect_args)
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import create_engine
 
+from .._connect import keepalive_connect_args
 from ..store import Store
 from ._db import CONNECT_TIMEOUT, CliError, Database, open_engine
 
@@ -71,6 +72,7 @@ def cmd_web(args: argparse.Namespace, database: Database, schema: str) -> int:
     connect_args = (
         {} if "connect_timeout" in database.url.query else {"connect_timeout": CONNECT_TIMEOUT}
     )
+    connect_args = keepalive_connect_args(database.url, connect_args)  # issue 18
     engine = create_engine(
         database.url, pool_size=POOL_SIZE, max_overflow=POOL_SIZE, connect_args=connect_args
     )

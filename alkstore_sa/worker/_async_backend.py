@@ -13,8 +13,10 @@ import functools
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 
+from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from .._connect import shutdown_socket
 from .._core import HandleCore, QueueCore
 from .._job import Job, SweepResult
 from .._ops import Released, Retried, Vacuumed
@@ -66,6 +68,7 @@ class AsyncQueuePort:
         self._store = store
         self._core = core
         self._handler = handler
+        self._claiming: Connection | None = None  # the claim's, while it runs
 
     @property
     def listen_group(self) -> Hashable:
@@ -80,7 +83,26 @@ class AsyncQueuePort:
         self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
     ) -> list[Job]:
         call = self._core.claim(worker_id, n, max_batch_payload_bytes)
-        return [] if call is None else await run_call(self._store, call)
+        if call is None:
+            return []
+
+        def tracked(conn: Connection) -> list[Job]:
+            # Known while it runs, so abort_claim can break it (issue 18).
+            self._claiming = conn
+            try:
+                return call(conn)
+            finally:
+                self._claiming = None
+
+        return await run_call(self._store, tracked)
+
+    def abort_claim(self) -> None:
+        # Shut its socket down rather than cancel: a cancelled psycopg query
+        # sends a cancel request and then waits 5 s more for the reply that
+        # a silent peer never sends (asyncpg waits too).
+        conn = self._claiming
+        if conn is not None:
+            shutdown_socket(conn)
 
     async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
         return await run_call(self._store, self._core.ack_claims(list(claims)))

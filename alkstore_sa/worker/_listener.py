@@ -36,10 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from .._connect import keepalive_params, shutdown_fd
 from ._port import QueuePort
 from ._state import reraise_if_cancelled
 
@@ -55,6 +56,11 @@ RECONNECT_CAP = 5.0  # the longest wait between attempts
 # With no notification for this long, ask the server whether the connection
 # is still alive: a silently dead peer would otherwise never raise.
 LIVENESS_INTERVAL = 30.0
+# How long that probe waits for its answer.  A peer that went silent without
+# a reset never answers and, when something on the path still acknowledges
+# TCP (a frozen server's kernel, a proxy), keepalives never end the wait:
+# past this the connection is broken here and the listener reconnects.
+LIVENESS_TIMEOUT = 10.0
 
 
 def listen_conninfo(conn: Connection, *, application_name: str) -> str:
@@ -69,6 +75,10 @@ def listen_conninfo(conn: Connection, *, application_name: str) -> str:
     """
     info = conn.connection.driver_connection.info  # type: ignore[union-attr]
     extra = {"password": info.password} if info.password else {}
+    # The engine's own keepalive settings carry over in ``dsn``; where it has
+    # none, the library's defaults (issue 18): a LISTEN connection is idle
+    # most of the time, exactly when a vanished peer goes unnoticed.
+    extra.update(keepalive_params(conninfo_to_dict(info.dsn)))
     return make_conninfo(info.dsn, application_name=application_name[:63], **extra)
 
 
@@ -157,7 +167,7 @@ class Listener(_ListenLoop):
         while True:
             async for note in conn.notifies(timeout=LIVENESS_INTERVAL):
                 self._wake(note.channel)
-            await conn.execute("SELECT 1")
+            await _probe(conn.execute("SELECT 1"), conn.pgconn.socket)
 
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
@@ -202,7 +212,7 @@ class AsyncpgListener(_ListenLoop):
             try:
                 await asyncio.wait_for(lost.wait(), LIVENESS_INTERVAL)
             except TimeoutError:
-                await driver.execute("SELECT 1")
+                await _probe(driver.execute("SELECT 1"), _asyncpg_fd(driver))
                 continue
             raise ConnectionError("the LISTEN connection was closed")
 
@@ -216,6 +226,34 @@ class AsyncpgListener(_ListenLoop):
                 await conn.close()  # detached: closes the asyncpg connection itself
             except Exception:  # already broken: nothing to tidy
                 log.debug("listener close failed", exc_info=True)
+
+
+async def _probe(query: Awaitable[object], fd: int | None) -> None:
+    """Await the liveness ``query``; past ``LIVENESS_TIMEOUT`` break socket ``fd``.
+
+    Shutting the socket down (rather than cancelling the query, which makes
+    the driver send a cancel request and wait for the reply to come anyway)
+    ends the wait at once with a connection error: the listener reconnects.
+    """
+    task = asyncio.ensure_future(query)
+    done, _ = await asyncio.wait({task}, timeout=LIVENESS_TIMEOUT)
+    if not done:
+        if fd is not None:
+            shutdown_fd(fd)
+        try:
+            await asyncio.wait_for(task, LIVENESS_TIMEOUT)
+        except Exception as exc:  # the broken connection's error, expected
+            reraise_if_cancelled(exc)
+        raise ConnectionError(f"no answer to the liveness probe within {LIVENESS_TIMEOUT:g}s")
+    task.result()
+
+
+def _asyncpg_fd(driver: Any) -> int | None:
+    """The socket under an asyncpg connection (its transport's), if it has one."""
+    try:
+        return int(driver._transport.get_extra_info("socket").fileno())
+    except Exception:
+        return None
 
 
 async def listen_asyncpg(

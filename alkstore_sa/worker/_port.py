@@ -50,6 +50,15 @@ class QueuePort(Protocol):
         """
         ...
 
+    def abort_claim(self) -> None:
+        """Break the connection the claim in flight waits on, if any (issue 18).
+
+        The producer calls it when a claim got no reply within its bound: the
+        awaited ``claim`` then ends with a connection error instead of
+        waiting on a silent peer.
+        """
+        ...
+
     async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
         """Ack the claims still held; returns the acked job ids."""
         ...

@@ -24,6 +24,18 @@ a promoted standby), and a backoff grown during the outage would otherwise
 idle the worker up to ``BACKOFF_CAP`` after it came back.  That happens at
 most once per listener reconnect (which backs off on its own), and the
 failure count carries on, so a claim that still fails waits longer again.
+
+A claim gets ``CLAIM_TIMEOUT`` seconds for its reply.  A peer that went
+silent without a reset (a blackholed path, a frozen server) would
+otherwise hold the producer -- and, on a ``Worker``, the claim thread --
+forever: TCP keepalives only end such a wait when the path drops packets,
+not when something in it still acknowledges them.  The claim is then
+abandoned (its connection broken and discarded) and counts as a failed
+claim.  If the server did run it, its jobs are claimed by nobody who
+knows: they lapse after their visibility timeout and are claimed again,
+never run twice by this worker.  The default is the default visibility
+timeout: a reply later than that would hand out jobs whose claims had
+lapsed already.
 """
 
 from __future__ import annotations
@@ -36,15 +48,18 @@ import math
 from datetime import UTC, datetime
 
 from .._instrument import notify
+from .._job import Job
 from ._executor import Executor
 from ._state import QueueState, RunState, reraise_if_cancelled
 
-__all__ = ["BACKOFF_CAP", "SETTLE_CAP", "Producer"]
+__all__ = ["BACKOFF_CAP", "CLAIM_TIMEOUT", "SETTLE_CAP", "Producer"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
 SETTLE_CAP = 0.05  # a backlog's free slot never waits longer than this for company
 BACKOFF_CAP = 30.0  # the longest wait between claims while they fail (B5)
+CLAIM_TIMEOUT = 30.0  # seconds a claim waits for its reply before it is abandoned
+ABORT_WAIT = 5.0  # how long an abandoned claim gets to end once its connection is broken
 
 
 class Producer:
@@ -104,12 +119,7 @@ class Producer:
         loop = self._run.loop
         started = loop.time()
         try:
-            settings = self._run.settings
-            bound = settings.max_batch_payload_bytes
-            if bound is None:
-                jobs = await qs.port.claim(settings.worker_id, n)
-            else:
-                jobs = await qs.port.claim(settings.worker_id, n, bound)
+            jobs = await self._bounded_claim(n)
             took = min(loop.time() - started, SETTLE_CAP)
             qs.settle += (took - qs.settle) / 4  # a moving average of the claim's round trip
         except Exception as exc:
@@ -131,6 +141,33 @@ class Producer:
             # dry: claim again as slots free up (an empty claim ends it).
             qs.backlog = True
         qs.signal.set()
+
+    async def _bounded_claim(self, n: int) -> list[Job]:
+        """The port's claim, abandoned after ``CLAIM_TIMEOUT`` (``TimeoutError``).
+
+        Abandoned by breaking its connection (``abort_claim``), so the claim
+        ends at once with a connection error wherever it waits (a thread, a
+        driver's cancel path); cancelled only if even that does not end it.
+        """
+        settings = self._run.settings
+        bound = settings.max_batch_payload_bytes
+        claim = asyncio.ensure_future(
+            self._qs.port.claim(settings.worker_id, n)
+            if bound is None
+            else self._qs.port.claim(settings.worker_id, n, bound)
+        )
+        try:
+            done, _ = await asyncio.wait({claim}, timeout=CLAIM_TIMEOUT)
+            if not done:
+                self._qs.port.abort_claim()
+                done, _ = await asyncio.wait({claim}, timeout=ABORT_WAIT)
+                if done and claim.exception() is None:
+                    return claim.result()  # the reply came in the meantime after all
+                raise TimeoutError(f"no reply within {CLAIM_TIMEOUT:g}s; connection dropped")
+            return claim.result()
+        finally:
+            if not claim.done():
+                claim.cancel()
 
     def _failed(self, exc: Exception) -> None:
         self._run.db_failed()

@@ -22,7 +22,7 @@ from typing import TypeVar
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from .._connect import drop_if_read_only
+from .._connect import drop_if_read_only, shutdown_socket
 from .._core import Call, HandleCore, QueueCore
 from .._job import Job, SweepResult
 from .._ops import Released, Retried, Vacuumed
@@ -63,18 +63,35 @@ class _HeldConnections:
 
     def __init__(self) -> None:
         self._conns: dict[int, Connection] = {}
+        self._busy: Connection | None = None  # the one a call runs on now, if any
 
     def run(self, store: Store, call: Call[T]) -> T:
         conn = self._conns.get(id(store))
         if conn is None:
             conn = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
             self._conns[id(store)] = conn
+        self._busy = conn
         try:
             return run_call(store, call, conn)
         except BaseException as exc:
             drop_if_read_only(conn, exc)  # 25006: never back into the pool
             self._drop(id(store))
             raise
+        finally:
+            self._busy = None
+
+    def abort(self) -> None:
+        """Break the connection a call is blocked on (from any thread).
+
+        A peer that went silent without a reset (a blackholed network path,
+        a frozen server whose kernel still acknowledges) leaves libpq
+        waiting for a reply forever, and this lane's thread with it.
+        Shutting the socket down makes that wait end in a connection
+        error on the lane's thread, which then drops the connection.
+        """
+        conn = self._busy
+        if conn is not None:
+            shutdown_socket(conn)
 
     def _drop(self, key: int) -> None:
         conn = self._conns.pop(key, None)
@@ -100,8 +117,22 @@ class _HotLane:
     async def run(self, store: Store, call: Call[T]) -> T:
         if self._lane is None:
             self._lane = Lane(asyncio.get_running_loop(), 1, self._name)
-        result: T = await self._lane.submit(functools.partial(self._held.run, store, call))
+        fut = self._lane.submit(functools.partial(self._held.run, store, call))
+        try:
+            result: T = await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # The caller gave up (a claim past its timeout, or the run
+            # stopping): the thread may be blocked on a silent peer, and every
+            # later call on this lane would queue behind it.  Break its
+            # connection so the thread comes back.
+            if not fut.done():
+                self._held.abort()
+            raise
         return result
+
+    def abort(self) -> None:
+        """Break the connection the lane's call is blocked on, if any."""
+        self._held.abort()
 
     def close(self) -> None:
         if self._lane is not None:
@@ -156,6 +187,9 @@ class SyncQueuePort:
     ) -> list[Job]:
         call = self._core.claim(worker_id, n, max_batch_payload_bytes)
         return [] if call is None else await self._backend.claims.run(self._store, call)
+
+    def abort_claim(self) -> None:
+        self._backend.claims.abort()
 
     async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
         call = self._core.ack_claims(list(claims))

@@ -35,6 +35,7 @@ import logging
 import os
 import random
 import resource
+import socket
 import time
 from typing import Any
 
@@ -44,6 +45,10 @@ from sqlalchemy.orm import Session
 
 from alkstore_sa import AsyncStore, AsyncWorker, Job, Store, Worker
 
+DONE = text(
+    "INSERT INTO chaos_done (job_id, attempt, pid, port, at) "
+    "VALUES (:job_id, :attempt, :pid, :port, :at)"
+)
 RUN = text("INSERT INTO chaos_runs (job_id, attempt, pid) VALUES (:job_id, :attempt, :pid)")
 EFFECT = text("INSERT INTO chaos_effects (job_id, attempt, pid) VALUES (:job_id, :attempt, :pid)")
 
@@ -59,7 +64,11 @@ def _engine_kw(cfg: dict[str, Any]) -> dict[str, Any]:
         "pool_timeout": cfg.get("pool_timeout", 30),
         "pool_pre_ping": True,
         # Lets the test count this pool's server connections in pg_stat_activity.
-        "connect_args": {"application_name": f"chaos-pool-{os.getpid()}"},
+        "connect_args": (
+            {"server_settings": {"application_name": f"chaos-pool-{os.getpid()}"}}
+            if "+asyncpg" in cfg["url"]
+            else {"application_name": f"chaos-pool-{os.getpid()}"}
+        ),
     }
 
 
@@ -72,13 +81,41 @@ def _worker_kw(cfg: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _client_port(dbapi: Any) -> int:
+    """The local TCP port of a psycopg connection (0 on a unix socket).
+
+    Behind the chaos proxy it names the connection there: the proxy records
+    each cut with the client's port, so a rerun can be traced to a cut on
+    the connection whose ack transaction it was.
+    """
+    fd = dbapi.driver_connection.pgconn.socket
+    with socket.socket(fileno=os.dup(fd)) as sock:
+        name = sock.getsockname()
+    return int(name[1]) if isinstance(name, tuple) else 0
+
+
+def _tune(cfg: dict[str, Any]) -> None:
+    """Shorter detection bounds than production's, so a scenario runs in seconds."""
+    from alkstore_sa.worker import _listener, _producer
+
+    if "claim_timeout" in cfg:
+        _producer.CLAIM_TIMEOUT = cfg["claim_timeout"]
+    if "liveness_interval" in cfg:
+        _listener.LIVENESS_INTERVAL = cfg["liveness_interval"]
+    if "liveness_timeout" in cfg:
+        _listener.LIVENESS_TIMEOUT = cfg["liveness_timeout"]
+
+
 def _pause(cfg: dict[str, Any]) -> float:
     return random.uniform(0, cfg.get("work_ms", 0)) / 1000
 
 
 def run_sync(cfg: dict[str, Any]) -> dict[str, Any]:
     engine = create_engine(cfg["url"], **_engine_kw(cfg))
-    recorder = create_engine(cfg["url"], pool_size=2, isolation_level="AUTOCOMMIT")
+    # The ledger goes straight to the server (the queue's traffic may go
+    # through the chaos proxy): what it records is never cut.
+    ledger_url = cfg.get("record_url", cfg["url"])
+    recorder = create_engine(ledger_url, pool_size=2, isolation_level="AUTOCOMMIT")
 
     def record(job: Job) -> None:
         with recorder.connect() as conn:
@@ -88,6 +125,10 @@ def run_sync(cfg: dict[str, Any]) -> dict[str, Any]:
         record(job)
         time.sleep(_pause(cfg))
         session.execute(EFFECT, _row(job))
+        if cfg.get("done"):
+            port = _client_port(session.connection().connection)
+            with recorder.connect() as conn:
+                conn.execute(DONE, {**_row(job), "port": port, "at": time.time()})
 
     def plain_handler(job: Job) -> None:
         record(job)
@@ -105,7 +146,8 @@ def run_sync(cfg: dict[str, Any]) -> dict[str, Any]:
 
 async def run_async(cfg: dict[str, Any]) -> dict[str, Any]:
     engine = create_async_engine(cfg["url"], **_engine_kw(cfg))
-    recorder = create_async_engine(cfg["url"], pool_size=2, isolation_level="AUTOCOMMIT")
+    ledger_url = cfg.get("record_url", cfg["url"])
+    recorder = create_async_engine(ledger_url, pool_size=2, isolation_level="AUTOCOMMIT")
 
     async def record(job: Job) -> None:
         async with recorder.connect() as conn:
@@ -115,6 +157,11 @@ async def run_async(cfg: dict[str, Any]) -> dict[str, Any]:
         await record(job)
         await asyncio.sleep(_pause(cfg))
         await session.execute(EFFECT, _row(job))
+        if cfg.get("done"):
+            conn = await session.connection()
+            port = _client_port(conn.sync_connection.connection)
+            async with recorder.connect() as rec:
+                await rec.execute(DONE, {**_row(job), "port": port, "at": time.time()})
 
     async def plain_handler(job: Job) -> None:
         await record(job)
@@ -137,6 +184,7 @@ def main() -> None:
         stream=sys.stderr,
         format="%(asctime)s %(process)d %(name)s %(levelname)s %(message)s",
     )
+    _tune(cfg)
     report = asyncio.run(run_async(cfg)) if cfg.get("async") else run_sync(cfg)
     usage = resource.getrusage(resource.RUSAGE_SELF)
     report["cpu_s"] = round(usage.ru_utime + usage.ru_stime, 2)

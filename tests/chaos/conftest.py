@@ -40,6 +40,9 @@ CREATE TABLE chaos_runs (
     job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL,
     at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE chaos_enqueued (job_id bigint PRIMARY KEY, at timestamptz NOT NULL);
+CREATE TABLE chaos_done (
+    job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL,
+    port int NOT NULL, at float8 NOT NULL);
 CREATE TABLE chaos_effects (
     job_id bigint NOT NULL, attempt int NOT NULL, pid int NOT NULL,
     at timestamptz NOT NULL DEFAULT clock_timestamp());
