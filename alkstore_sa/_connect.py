@@ -268,6 +268,8 @@ def own_connection(call: Callable[[Connection], T]) -> Callable[[Connection], T]
             raise
 
     return run
+
+
 def shutdown_fd(fd: int) -> None:
     """Shut down socket ``fd`` (from any thread): a blocked read on it ends at once.
 
