@@ -134,7 +134,7 @@ class QueueCore:
     ) -> Call[list[Job]] | None:
         """``None`` for ``n <= 0``: the face returns ``[]`` and runs no SQL (Q13).
 
-        ``max_batch_payload_bytes`` (issue 18): None, or the most payload
+        ``max_batch_payload_bytes``: None, or the most payload
         bytes one batch brings back (at least one job is always claimed).
         """
         who = v.worker_id(worker_id)

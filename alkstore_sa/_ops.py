@@ -177,7 +177,7 @@ def claim(
     max_bytes: int | None = None,
 ) -> list[Job]:
     """Q8-Q12; ``max_bytes``: the batch's payloads add up to at most that (but one
-    job is always taken), issue 18."""
+    job is always taken)."""
     params: dict[str, Any] = {"p_queue": address.queue, "p_worker_id": worker_id, "p_n": n}
     if max_bytes is not None:
         params["p_max_bytes"] = max_bytes
@@ -429,7 +429,7 @@ def store_stats(conn: Connection, *, address: StoreAddress) -> dict[str, QueueSt
     return {row[0]: _stats(row[0], row[1:]) for row in sorted(rows, key=lambda r: r[0])}
 
 
-# The worker's vacuum (issue 14, L2): what one look at the jobs table did.
+# The worker's vacuum (L2): what one look at the jobs table did.
 Vacuumed = Literal["vacuumed", "not needed", "busy", "not permitted"]
 # An advisory-lock class of this package's own (the first key of the pair).
 VACUUM_LOCK_CLASS = 0x616C6B  # "alk"

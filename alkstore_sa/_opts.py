@@ -27,7 +27,7 @@ class QueueOpts:
     retry_base: float | int | timedelta = 1
     retry_cap: float | int | timedelta = MAX_RETRY_CAP
     dead_letter_retention: float | int | timedelta | None = None
-    # Issue 18: the largest payload this handle enqueues, in bytes (None: no limit).
+    # The largest payload this handle enqueues, in bytes (None: no limit).
     max_payload_bytes: int | None = None
 
     def __post_init__(self) -> None:

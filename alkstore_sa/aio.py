@@ -47,7 +47,7 @@ class AsyncStore:
         """A store that owns its engine (disposed on ``close()``)."""
         engine_kw.setdefault("pool_pre_ping", True)
         parsed = _connect.url_for(url)
-        # TCP keepalives unless the URL or connect_args set them (issue 18):
+        # TCP keepalives unless the URL or connect_args set them:
         # libpq parameters on psycopg, socket options on asyncpg.
         engine_kw["connect_args"] = _connect.keepalive_connect_args(
             parsed, engine_kw.get("connect_args")

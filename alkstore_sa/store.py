@@ -41,7 +41,7 @@ class Store:
         """A store that owns its engine (disposed on ``close()``)."""
         engine_kw.setdefault("pool_pre_ping", True)
         parsed = _connect.url_for(url)
-        # TCP keepalives unless the URL or connect_args set them (issue 18).
+        # TCP keepalives unless the URL or connect_args set them.
         engine_kw["connect_args"] = _connect.keepalive_connect_args(
             parsed, engine_kw.get("connect_args")
         )

@@ -39,14 +39,15 @@ def test_bench_suite_runs_every_case_and_writes_json(
         assert (case, "raw-psycopg") in ran
     assert ("D2", "alkstore") in ran
     assert ("L1", "alkstore") in ran
-    assert ("D2", "alkstore-c50") in ran  # pgqueuer's 50 jobs in flight, for reference
+    assert ("D2", "alkstore-c50") in ran  # pgqueuer's 50 jobs in flight: the D2 target
     for case in ("E1", "D1", "D2", "L1"):  # D1: the async face on both drivers
         assert (case, "alkstore-async") in ran and (case, "alkstore-asyncpg") in ran
     assert "D1 n=10 AsyncStore asyncpg/psycopg (rate)" in doc["references"]
-    assert "D2 Worker c=50 vs pgqueuer-asyncpg (both hold 50 jobs)" in doc["references"]
+    assert "D2 Worker c=10 vs pgqueuer-asyncpg (it holds 50 jobs)" in doc["references"]
     assert all(f["jobs"] > 0 and f["seconds"] > 0 for f in doc["figures"])
     names = {t["name"] for t in doc["targets"]}
     assert {"D1 n=10 vs raw", "E1 vs raw insert+notify", "S1 n=100 vs D1 n=100"} <= names
+    assert "D2 Worker c=50 vs pgqueuer-asyncpg" in names  # like for like
     assert doc["meta"]["postgres"]["server_version"]
     table = capsys.readouterr().out
     assert "D1 n=100 vs raw" in table

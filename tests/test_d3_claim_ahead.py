@@ -1,4 +1,4 @@
-"""D3 (issue 14): a queue of short handlers claims one batch ahead, and gives it back at stop.
+"""D3 : a queue of short handlers claims one batch ahead, and gives it back at stop.
 
 End to end against PostgreSQL, both workers: jobs claimed ahead of a free
 slot wait held (heartbeated) in the worker; at a stop the ones that never

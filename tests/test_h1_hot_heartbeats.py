@@ -1,4 +1,4 @@
-"""H1 (issue 14): a heartbeat that extends a claim rewrites no indexed column.
+"""H1 : a heartbeat that extends a claim rewrites no indexed column.
 
 The lapse index keys on ``deadline_floor`` (a lower bound of
 ``claim_deadline``), so an extension can be a HOT update; a heartbeat that

@@ -1,4 +1,4 @@
-"""Issue 18: TCP keepalives and TCP_USER_TIMEOUT on the connections the library opens.
+"""TCP keepalives and TCP_USER_TIMEOUT on the connections the library opens.
 
 Client-side keepalives are socket options of the client's socket: nothing
 on the server shows them.  So the connections here go over TCP (through the

@@ -1,4 +1,4 @@
-"""The worker's vacuum of the jobs table (issue 14, L2).
+"""The worker's vacuum of the jobs table (L2).
 
 Autovacuum looks once per ``autovacuum_naptime``; a worker whose role owns
 the jobs table VACUUMs it itself once dead row versions pile up, one worker

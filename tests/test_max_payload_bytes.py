@@ -1,4 +1,4 @@
-"""QueueOpts(max_payload_bytes=...) (issue 18): too big a payload is refused before any SQL.
+"""QueueOpts(max_payload_bytes=...) : too big a payload is refused before any SQL.
 
 A queue handle's limit applies to every enqueue through it (one payload,
 a batch, keyed batches, tasks' envelopes): a payload over it raises

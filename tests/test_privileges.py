@@ -248,7 +248,7 @@ def test_privileges_worker_runtime_under_the_app_role_claims_nothing(roles: Role
 
 
 def test_privileges_worker_role_may_not_vacuum_and_is_told_so(roles: Roles) -> None:
-    """The worker's vacuum (issue 14) needs the table's owner: the least-privilege
+    """The worker's vacuum needs the table's owner: the least-privilege
     worker role gets "not permitted" (the Worker then leaves it to autovacuum)."""
     _, core = queue_parts(roles.worker.queue("vac"))
     assert run_call(roles.worker, core.vacuum_jobs(0, 0.0)) == "not permitted"

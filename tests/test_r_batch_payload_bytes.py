@@ -1,4 +1,4 @@
-"""A claim's byte bound (issue 18): ``max_batch_payload_bytes`` on ``claim_batch`` and the workers.
+"""A claim's byte bound : ``max_batch_payload_bytes`` on ``claim_batch`` and the workers.
 
 A bounded claim takes, in claim order (Q9), the longest run of its
 candidates whose payloads add up to at most the bound -- and always the

@@ -1,4 +1,4 @@
-"""Server timeouts on the application's engine (issue 18; docs/reliability.md "Timeouts").
+"""Server timeouts on the application's engine (docs/reliability.md "Timeouts").
 
 The store's engine here carries ``statement_timeout``, ``lock_timeout`` and
 ``idle_in_transaction_session_timeout`` on every connection (``connect_args``:

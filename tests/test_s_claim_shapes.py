@@ -1,4 +1,4 @@
-"""Q8-Q12 in the backlog shapes of issue 14 (S2-S4), for both forms of the claim.
+"""Q8-Q12 in the backlog shapes (bench S2-S4), for both forms of the claim.
 
 The claim has two statements (``_sql/claim.py``): one ordered scan of
 ``jobs_claim_ix`` for PostgreSQL 18 and later (whose skip scan makes it a

@@ -178,7 +178,7 @@ def test_builder_constants_travel_as_parameters() -> None:
     assert "expired" in _compile(queue.bury_expired()).params.values()
 
 
-# PostgreSQL 18+, and before (_ops._claim_statement); each also under a byte bound (issue 18).
+# PostgreSQL 18+, and before (_ops._claim_statement); each also under a byte bound.
 CLAIMS = [claim.claim, claim.claim_walk, claim.claim_bounded, claim.claim_walk_bounded]
 
 

@@ -26,7 +26,7 @@ started (O4).
 
 Rows another transaction holds are skipped, never waited for.  What the
 claim reads does not grow with the rows that are not claimable now, with
-one exception at the end (issue 14; docs/design.md "The claim's cost in every
+one exception at the end (docs/design.md "The claim's cost in every
 backlog shape" has the EXPLAIN figures and the designs rejected):
 
 - not-yet-due rows that outrank the due ones: ``jobs_claim_ix`` (queue,
@@ -461,7 +461,7 @@ def park() -> Update:
 
 @cache
 def claim_bounded() -> Update:
-    """``claim`` that stops once the batch's payloads reach ``:max_bytes`` (issue 18).
+    """``claim`` that stops once the batch's payloads reach ``:max_bytes``.
 
     A statement of its own, not a clause of ``claim``: a claim without a
     bound runs exactly the statement (and plan) it always did.

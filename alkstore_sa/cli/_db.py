@@ -53,7 +53,7 @@ class Database:
         connect_args = (
             {} if "connect_timeout" in self.url.query else {"connect_timeout": CONNECT_TIMEOUT}
         )
-        connect_args = keepalive_connect_args(self.url, connect_args)  # issue 18
+        connect_args = keepalive_connect_args(self.url, connect_args)
         return create_engine(self.url, pool_size=1, max_overflow=2, connect_args=connect_args)
 
 

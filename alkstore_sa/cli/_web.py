@@ -72,7 +72,7 @@ def cmd_web(args: argparse.Namespace, database: Database, schema: str) -> int:
     connect_args = (
         {} if "connect_timeout" in database.url.query else {"connect_timeout": CONNECT_TIMEOUT}
     )
-    connect_args = keepalive_connect_args(database.url, connect_args)  # issue 18
+    connect_args = keepalive_connect_args(database.url, connect_args)
     engine = create_engine(
         database.url, pool_size=POOL_SIZE, max_overflow=POOL_SIZE, connect_args=connect_args
     )

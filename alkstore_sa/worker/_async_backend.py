@@ -87,7 +87,7 @@ class AsyncQueuePort:
             return []
 
         def tracked(conn: Connection) -> list[Job]:
-            # Known while it runs, so abort_claim can break it (issue 18).
+            # Known while it runs, so abort_claim can break it.
             self._claiming = conn
             try:
                 return call(conn)

@@ -76,7 +76,7 @@ def listen_conninfo(conn: Connection, *, application_name: str) -> str:
     info = conn.connection.driver_connection.info  # type: ignore[union-attr]
     extra = {"password": info.password} if info.password else {}
     # The engine's own keepalive settings carry over in ``dsn``; where it has
-    # none, the library's defaults (issue 18): a LISTEN connection is idle
+    # none, the library's defaults: a LISTEN connection is idle
     # most of the time, exactly when a vanished peer goes unnoticed.
     extra.update(keepalive_params(conninfo_to_dict(info.dsn)))
     return make_conninfo(info.dsn, application_name=application_name[:63], **extra)

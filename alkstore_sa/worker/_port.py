@@ -46,12 +46,12 @@ class QueuePort(Protocol):
         """Claim up to ``n`` due jobs for ``worker_id``, in claim order (Q8-Q12).
 
         ``max_batch_payload_bytes``: stop once their payloads add up to that
-        many bytes, but always take at least one (issue 18).
+        many bytes, but always take at least one.
         """
         ...
 
     def abort_claim(self) -> None:
-        """Break the connection the claim in flight waits on, if any (issue 18).
+        """Break the connection the claim in flight waits on, if any.
 
         The producer calls it when a claim got no reply within its bound: the
         awaited ``claim`` then ends with a connection error instead of

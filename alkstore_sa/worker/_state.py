@@ -59,7 +59,7 @@ class Settings:
     sweep_interval: float | None  # None: this worker never sweeps (O7)
     vacuum_interval: float | None  # None: this worker never vacuums the jobs table
     handle_signals: bool
-    # Issue 18: the most payload bytes one claim brings back (None: no bound).
+    # The most payload bytes one claim brings back (None: no bound).
     max_batch_payload_bytes: int | None = None
 
 

@@ -200,7 +200,7 @@ class Worker(_Base):
     registry instead (T2): each of its queues gets a handler that runs its
     tasks by name.  ``periodic``: the ``Periodic`` schedules this worker
     fires (P1).  ``max_batch_payload_bytes`` (None = no bound): no claim
-    brings back more payload bytes than that, beyond its first job (issue 18).
+    brings back more payload bytes than that, beyond its first job.
     """
 
     def __init__(
