@@ -113,10 +113,7 @@ def asyncpg_keepalives(engine: Any) -> None:
     from sqlalchemy import event
 
     def on_connect(dbapi_connection: Any, _record: object) -> None:
-        try:
-            sock = dbapi_connection.driver_connection._transport.get_extra_info("socket")
-        except Exception:  # not asyncpg as we know it: leave it be
-            return
+        sock = asyncpg_socket(dbapi_connection.driver_connection)
         if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
             return  # a unix socket: nothing to keep alive
         options = [
@@ -134,8 +131,44 @@ def asyncpg_keepalives(engine: Any) -> None:
     event.listen(engine.sync_engine, "connect", on_connect)
 
 
+def asyncpg_socket(driver: Any) -> Any:
+    """The socket under an asyncpg connection, or None (closed, or not asyncpg as we know it).
+
+    asyncpg has no public way to it: its asyncio transport has it.
+    """
+    try:
+        return driver._transport.get_extra_info("socket")
+    except Exception:
+        return None
+
+
+def driver_fd(driver: Any) -> int | None:
+    """The socket descriptor under a driver connection: psycopg's (sync or async)
+    ``pgconn.socket``, or asyncpg's; None when it is closed or out of reach."""
+    try:
+        if hasattr(driver, "pgconn"):
+            return int(driver.pgconn.socket)
+        sock = asyncpg_socket(driver)
+        return None if sock is None else int(sock.fileno())
+    except Exception:
+        return None
+
+
 def url_for(url: str | URL) -> URL:
     return normalize_url(url, source="url")
+
+
+def owned_engine_args(url: str | URL, engine_kw: Mapping[str, Any]) -> tuple[URL, dict[str, Any]]:
+    """The URL and engine arguments of a store that makes (and owns) its engine.
+
+    ``pool_pre_ping=True`` and the keepalive defaults, each unless the
+    caller's arguments (or the URL) set it; asyncpg's keepalives are socket
+    options, set by ``asyncpg_keepalives`` on the engine once it is made.
+    """
+    parsed = url_for(url)
+    kw = {"pool_pre_ping": True, **engine_kw}
+    kw["connect_args"] = keepalive_connect_args(parsed, kw.get("connect_args"))
+    return parsed, kw
 
 
 class Lifecycle:
@@ -297,11 +330,8 @@ def shutdown_socket(conn: Connection) -> None:
     transport.  A connection already closed is left alone.
     """
     try:
-        driver: Any = conn.connection.driver_connection
-        if hasattr(driver, "pgconn"):
-            fd = int(driver.pgconn.socket)
-        else:
-            fd = int(driver._transport.get_extra_info("socket").fileno())
-    except Exception:  # closed already, or a driver we cannot reach into
+        fd = driver_fd(conn.connection.driver_connection)
+    except Exception:  # closed already
         return
-    shutdown_fd(fd)
+    if fd is not None:
+        shutdown_fd(fd)

@@ -45,15 +45,9 @@ class AsyncStore:
         cls, url: str | URL, *, schema: str = DEFAULT_SCHEMA, **engine_kw: Any
     ) -> AsyncStore:
         """A store that owns its engine (disposed on ``close()``)."""
-        engine_kw.setdefault("pool_pre_ping", True)
-        parsed = _connect.url_for(url)
-        # TCP keepalives unless the URL or connect_args set them:
-        # libpq parameters on psycopg, socket options on asyncpg.
-        engine_kw["connect_args"] = _connect.keepalive_connect_args(
-            parsed, engine_kw.get("connect_args")
-        )
-        engine = create_async_engine(parsed, **engine_kw)
-        if engine.dialect.driver == "asyncpg":
+        parsed, kw = _connect.owned_engine_args(url, engine_kw)
+        engine = create_async_engine(parsed, **kw)
+        if engine.dialect.driver == "asyncpg":  # its keepalives are socket options
             _connect.asyncpg_keepalives(engine)
         store = cls(engine, schema=schema)
         store._owns_engine = True

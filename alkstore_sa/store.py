@@ -39,13 +39,8 @@ class Store:
     @classmethod
     def from_url(cls, url: str | URL, *, schema: str = DEFAULT_SCHEMA, **engine_kw: Any) -> Store:
         """A store that owns its engine (disposed on ``close()``)."""
-        engine_kw.setdefault("pool_pre_ping", True)
-        parsed = _connect.url_for(url)
-        # TCP keepalives unless the URL or connect_args set them.
-        engine_kw["connect_args"] = _connect.keepalive_connect_args(
-            parsed, engine_kw.get("connect_args")
-        )
-        store = cls(create_engine(parsed, **engine_kw), schema=schema)
+        parsed, kw = _connect.owned_engine_args(url, engine_kw)
+        store = cls(create_engine(parsed, **kw), schema=schema)
         store._owns_engine = True
         return store
 

@@ -48,13 +48,17 @@ class Database:
     # it named asyncpg, which the CLI itself reaches through psycopg (D1).
     app_url: URL | None = None
 
-    def engine(self) -> Engine:
-        # A CLI command needs one connection: the probe's, handed back and reused.
+    def engine(self, pool_size: int = 1, max_overflow: int = 2) -> Engine:
+        """An engine with the CLI's connect timeout and the keepalive defaults
+        (each unless the URL sets it).  A command needs one connection by
+        default: the probe's, handed back and reused."""
         connect_args = (
             {} if "connect_timeout" in self.url.query else {"connect_timeout": CONNECT_TIMEOUT}
         )
         connect_args = keepalive_connect_args(self.url, connect_args)
-        return create_engine(self.url, pool_size=1, max_overflow=2, connect_args=connect_args)
+        return create_engine(
+            self.url, pool_size=pool_size, max_overflow=max_overflow, connect_args=connect_args
+        )
 
 
 def resolve_url(

@@ -14,11 +14,8 @@ import socket
 from types import FrameType
 from typing import Any
 
-from sqlalchemy import create_engine
-
-from .._connect import keepalive_connect_args
 from ..store import Store
-from ._db import CONNECT_TIMEOUT, CliError, Database, open_engine
+from ._db import CliError, Database, open_engine
 
 __all__ = ["cmd_web"]
 
@@ -69,13 +66,7 @@ def cmd_web(args: argparse.Namespace, database: Database, schema: str) -> int:
         raise CliError(str(exc), code=2) from None
     with open_engine(database):  # fail fast, in one line, on an unreachable server
         pass
-    connect_args = (
-        {} if "connect_timeout" in database.url.query else {"connect_timeout": CONNECT_TIMEOUT}
-    )
-    connect_args = keepalive_connect_args(database.url, connect_args)
-    engine = create_engine(
-        database.url, pool_size=POOL_SIZE, max_overflow=POOL_SIZE, connect_args=connect_args
-    )
+    engine = database.engine(pool_size=POOL_SIZE, max_overflow=POOL_SIZE)
     try:
         with Store(engine, schema=schema) as store:
             store.queue_names()  # fail fast, in one line, on a schema never migrated

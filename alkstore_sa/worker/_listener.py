@@ -40,7 +40,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .._connect import keepalive_params, shutdown_fd
+from .._connect import driver_fd, keepalive_params, shutdown_fd
 from ._port import QueuePort
 from ._state import reraise_if_cancelled
 
@@ -167,7 +167,7 @@ class Listener(_ListenLoop):
         while True:
             async for note in conn.notifies(timeout=LIVENESS_INTERVAL):
                 self._wake(note.channel)
-            await _probe(conn.execute("SELECT 1"), conn.pgconn.socket)
+            await _probe(conn.execute("SELECT 1"), driver_fd(conn))
 
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
@@ -212,7 +212,7 @@ class AsyncpgListener(_ListenLoop):
             try:
                 await asyncio.wait_for(lost.wait(), LIVENESS_INTERVAL)
             except TimeoutError:
-                await _probe(driver.execute("SELECT 1"), _asyncpg_fd(driver))
+                await _probe(driver.execute("SELECT 1"), driver_fd(driver))
                 continue
             raise ConnectionError("the LISTEN connection was closed")
 
@@ -246,14 +246,6 @@ async def _probe(query: Awaitable[object], fd: int | None) -> None:
             reraise_if_cancelled(exc)
         raise ConnectionError(f"no answer to the liveness probe within {LIVENESS_TIMEOUT:g}s")
     task.result()
-
-
-def _asyncpg_fd(driver: Any) -> int | None:
-    """The socket under an asyncpg connection (its transport's), if it has one."""
-    try:
-        return int(driver._transport.get_extra_info("socket").fileno())
-    except Exception:
-        return None
 
 
 async def listen_asyncpg(

@@ -150,11 +150,8 @@ class Producer:
         driver's cancel path); cancelled only if even that does not end it.
         """
         settings = self._run.settings
-        bound = settings.max_batch_payload_bytes
         claim = asyncio.ensure_future(
-            self._qs.port.claim(settings.worker_id, n)
-            if bound is None
-            else self._qs.port.claim(settings.worker_id, n, bound)
+            self._qs.port.claim(settings.worker_id, n, settings.max_batch_payload_bytes)
         )
         try:
             done, _ = await asyncio.wait({claim}, timeout=CLAIM_TIMEOUT)
