@@ -132,6 +132,20 @@ class Proc:
         return self.log.read_text(errors="replace")
 
 
+def start_process(script: Path, cfg: dict[str, Any], log: Path) -> Proc:
+    """Run ``script`` with ``cfg`` (JSON, its one argument) from the repository
+    root; its stderr goes to ``log``, its stdout stays readable."""
+    with open(log, "w") as err:
+        popen = subprocess.Popen(
+            [sys.executable, str(script), json.dumps(cfg)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            cwd=ROOT,
+        )
+    return Proc(popen, log)
+
+
 @dataclass
 class Chaos:
     url: URL
@@ -158,16 +172,7 @@ class Chaos:
 
     def spawn(self, queue: str, **cfg: Any) -> Proc:
         cfg = {"url": self.url_text, "queue": queue, **cfg}
-        log = self.tmp / f"worker-{len(self.procs)}.log"
-        with open(log, "w") as err:
-            popen = subprocess.Popen(
-                [sys.executable, str(WORKER_MAIN), json.dumps(cfg)],
-                stdout=subprocess.PIPE,
-                stderr=err,
-                text=True,
-                cwd=ROOT,
-            )
-        proc = Proc(popen, log)
+        proc = start_process(WORKER_MAIN, cfg, self.tmp / f"worker-{len(self.procs)}.log")
         self.procs.append(proc)
         return proc
 

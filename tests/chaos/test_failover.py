@@ -24,8 +24,6 @@ run measured (streaming on one machine lags by little, so often 0): reported.
 from __future__ import annotations
 
 import collections
-import json
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -41,7 +39,7 @@ from alkstore_sa import QueueOpts, Store
 from alkstore_sa.migrations._config import alembic_config
 
 from ._pair import Pair
-from .conftest import ROOT, Proc, report
+from .conftest import Proc, report, start_process
 
 pytestmark = pytest.mark.chaos
 
@@ -135,18 +133,7 @@ def _ledger(path: Path) -> list[tuple[int, int, str]]:
 
 
 def _spawn(tmp: Path, cfg: dict[str, object], i: int) -> Proc:
-    import subprocess
-
-    log = tmp / f"failover-worker-{i}.log"
-    with open(log, "w") as err:
-        popen = subprocess.Popen(
-            [sys.executable, str(WORKER), json.dumps(cfg)],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            cwd=ROOT,
-        )
-    return Proc(popen, log)
+    return start_process(WORKER, cfg, tmp / f"failover-worker-{i}.log")
 
 
 def _wait(done: object, timeout: float, what: str, step: float = 0.05) -> float:
