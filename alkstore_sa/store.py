@@ -14,11 +14,12 @@ from typing import Any, TypeVar
 from sqlalchemy import URL, Connection, Engine, create_engine
 from sqlalchemy.orm import Session
 
-from . import _connect, _core
-from ._core import Call, HandleCore, QueueCore
-from ._faces import HandleFace, QueueFace
-from ._job import Job, JobStatus, QueueStats, SweepResult
-from ._opts import EnqueueOpts, QueueOpts
+from ._calls import core as _core
+from ._calls.core import Call, HandleCore, QueueCore
+from ._calls.faces import HandleFace, QueueFace
+from ._db import connect as _connect
+from ._values.job import Job, JobStatus, QueueStats, SweepResult
+from ._values.opts import EnqueueOpts, QueueOpts
 from .schema import DEFAULT_SCHEMA
 
 __all__ = ["JobHandle", "Queue", "Store"]

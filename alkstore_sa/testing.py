@@ -42,8 +42,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from ._core import HandleCore, QueueCore
-from ._job import Job
+from ._calls.core import HandleCore, QueueCore
+from ._values.job import Job
 from .aio import AsyncQueue, AsyncStore
 from .aio import queue_parts as async_queue_parts
 from .aio import run_call as async_run_call

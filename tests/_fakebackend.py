@@ -23,8 +23,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from alkstore_sa import Job, QueueOpts, SchemaMissingError, SweepResult
-from alkstore_sa._core import HandleCore, QueueCore
-from alkstore_sa._ops import Released, Retried, Vacuumed
+from alkstore_sa._calls.core import HandleCore, QueueCore
+from alkstore_sa._db.ops import Released, Retried, Vacuumed
 from alkstore_sa.worker._handlers import awaited_in, inspect_handler
 from alkstore_sa.worker._port import ClaimKey, QueuePort
 from alkstore_sa.worker._state import QueueBinding, Settings
@@ -202,7 +202,7 @@ class FakePort:
     async def claim(
         self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
     ) -> list[Job]:
-        # The byte bound is the SQL's (tests/test_r_batch_payload_bytes.py pins it).
+        # The byte bound is the SQL's (tests/sql/test_r_batch_payload_bytes.py pins it).
         await asyncio.sleep(self.db.claim_latency)
         return self.db.claim(worker_id, n)
 

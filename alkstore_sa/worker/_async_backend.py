@@ -16,10 +16,10 @@ from contextlib import AbstractContextManager
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from .._connect import shutdown_socket
-from .._core import HandleCore, QueueCore
-from .._job import Job, SweepResult
-from .._ops import Released, Retried, Vacuumed
+from .._calls.core import HandleCore, QueueCore
+from .._db.connect import shutdown_socket
+from .._db.ops import Released, Retried, Vacuumed
+from .._values.job import Job, SweepResult
 from ..aio import AsyncQueue, AsyncStore, queue_parts, run_call
 from ._handlers import HandlerSpec, awaited_in, called_in
 from ._listener import listen, listen_asyncpg, listen_conninfo

@@ -30,12 +30,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from .. import _validate as v
-from .._core import HandleCore
-from .._errors import FailJob, HandleSpentError, RetryJob
-from .._job import Job
-from .._opts import QueueOpts
-from .._stamps import backoff_delay
+from .._calls.core import HandleCore
+from .._values import validate as v
+from .._values.errors import FailJob, HandleSpentError, RetryJob
+from .._values.job import Job
+from .._values.opts import QueueOpts
+from .._values.stamps import backoff_delay
 from ._completer import Completer
 from ._handlers import exception_text, stored_error
 from ._heartbeats import Heartbeats

@@ -24,9 +24,9 @@ import logging
 import traceback as tb
 from typing import Any
 
-from .._errors import FailJob, RetryJob
-from .._instrument import Outcome, notify
-from .._job import Job
+from .._extras.instrument import Outcome, notify
+from .._values.errors import FailJob, RetryJob
+from .._values.job import Job
 from ._handlers import MAX_ERROR_CHARS
 from ._state import QueueState, RunState, Slot
 

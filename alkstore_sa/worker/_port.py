@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from typing import Protocol
 
-from .._core import HandleCore
-from .._job import Job, SweepResult
-from .._ops import Released, Retried, Vacuumed
+from .._calls.core import HandleCore
+from .._db.ops import Released, Retried, Vacuumed
+from .._values.job import Job, SweepResult
 
 __all__ = ["Backend", "ClaimKey", "QueuePort"]
 

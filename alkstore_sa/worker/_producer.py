@@ -47,8 +47,8 @@ import logging
 import math
 from datetime import UTC, datetime
 
-from .._instrument import notify
-from .._job import Job
+from .._extras.instrument import notify
+from .._values.job import Job
 from ._executor import Executor
 from ._state import QueueState, RunState, reraise_if_cancelled
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from .._core import HandleCore, QueueCore
-from .._instrument import Observer
-from .._job import Job
+from .._calls.core import HandleCore, QueueCore
+from .._extras.instrument import Observer
+from .._values.job import Job
 from ._handlers import HandlerSpec
 from ._port import ClaimKey, QueuePort
 

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Coroutine, Hashable, Sequence
 from types import FrameType
 
-from .._instrument import installed
+from .._extras.instrument import installed
 from ..tasks._periodic import Periodic
 from . import _shutdown
 from ._completer import Completer

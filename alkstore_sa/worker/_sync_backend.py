@@ -22,11 +22,11 @@ from typing import TypeVar
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from .._connect import drop_if_read_only, shutdown_socket
-from .._core import Call, HandleCore, QueueCore
-from .._job import Job, SweepResult
-from .._ops import Released, Retried, Vacuumed
-from .._sa_internals import pool_capacity
+from .._calls.core import Call, HandleCore, QueueCore
+from .._db.connect import drop_if_read_only, shutdown_socket
+from .._db.ops import Released, Retried, Vacuumed
+from .._db.sa_internals import pool_capacity
+from .._values.job import Job, SweepResult
 from ..store import Queue, Store, queue_parts, run_call
 from ._handlers import HandlerSpec, called_in, returned_awaitable
 from ._listener import listen, listen_conninfo

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from .. import _validate as v
-from .._core import batch_bytes
+from .._calls.core import batch_bytes
+from .._values import validate as v
 from ..aio import AsyncQueue, AsyncStore
 from ..store import Queue, Store
 from ..tasks import Tasks
