@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from .._calls.core import Call, QueueCore
-from .._db.connect import shutdown_socket
+from .._db.sockets import shutdown_socket
 from .._values.job import Job
 from ..aio import AsyncStore, run_call
 from ._handlers import HandlerSpec, awaited_in, called_in

@@ -27,8 +27,9 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from .._calls.core import Call, QueueCore
-from .._db.connect import drop_if_read_only, shutdown_socket
+from .._db.owned import drop_if_read_only
 from .._db.sa_internals import pool_capacity
+from .._db.sockets import shutdown_socket
 from .._values.job import Job
 from ..store import Store, run_call
 from ._handlers import HandlerSpec, called_in, returned_awaitable
