@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
+from collections.abc import Awaitable
 from typing import TypeVar
 
 from sqlalchemy import Connection
@@ -22,12 +21,13 @@ from .._calls.core import Call, QueueCore
 from .._db.sockets import shutdown_socket
 from .._values.job import Job
 from ..aio import AsyncStore, run_call
-from ._handlers import HandlerSpec, awaited_in, called_in
+from ._handlers import HandlerSpec, Scope, awaited_in, scoped
 from ._threads import RunLanes
 
 __all__ = ["AsyncRunner"]
 
 T = TypeVar("T")
+Started = asyncio.Future[object]
 
 
 class AsyncRunner:
@@ -72,32 +72,19 @@ class AsyncRunner:
     async def ack(self, call: Call[T]) -> T:
         return await run_call(self._store, call)
 
-    def start(
-        self,
-        spec: HandlerSpec,
-        core: QueueCore,
-        job: Job,
-        scope: AbstractContextManager[object] | None,
-    ) -> asyncio.Future[object]:
-        if spec.is_async:
-            run: Awaitable[object] = (
-                _session_call(self._store, spec, core, job) if spec.wants_session else spec.fn(job)
-            )
-            if scope is not None:
-                run = awaited_in(scope, run)
-            started: asyncio.Future[object] = asyncio.ensure_future(run)
-            return started
-        # Plain sync handlers are allowed on an AsyncWorker: they get a thread.
-        fn: Callable[[], object] = functools.partial(spec.fn, job)
-        if scope is not None:
-            fn = functools.partial(called_in, scope, fn)
-        return self._lanes.handlers.submit(fn)
+    def start(self, spec: HandlerSpec, core: QueueCore, job: Job, scope: Scope) -> Started:
+        if not spec.is_async:
+            # Plain sync handlers are allowed on an AsyncWorker: they get a thread.
+            return self._lanes.handlers.submit(scoped(functools.partial(spec.fn, job), scope))
+        run: Awaitable[object] = (
+            _session_call(self._store, spec, core, job) if spec.wants_session else spec.fn(job)
+        )
+        return asyncio.ensure_future(run if scope is None else awaited_in(scope, run))
 
-    def follow(self, spec: HandlerSpec, result: Awaitable[object]) -> asyncio.Future[object]:
+    def follow(self, spec: HandlerSpec, result: Awaitable[object]) -> Started:
         # Awaited here on the loop (a task, so a timeout or shutdown can cancel
         # it), never on the handler thread that merely created it.
-        awaited: asyncio.Future[object] = asyncio.ensure_future(result)
-        return awaited
+        return asyncio.ensure_future(result)
 
 
 async def _session_call(store: AsyncStore, spec: HandlerSpec, core: QueueCore, job: Job) -> bool:

@@ -27,7 +27,7 @@ from ..aio import queue_parts as async_queue_parts
 from ..store import Queue, queue_parts
 from ..tasks._periodic import Fired, Periodic
 from ._async_runner import AsyncRunner
-from ._handlers import HandlerSpec
+from ._handlers import HandlerSpec, Scope
 from ._listener import listen, listen_asyncpg, listen_conninfo
 from ._port import ClaimKey, QueuePort
 from ._state import QueueBinding
@@ -37,6 +37,7 @@ from ._threads import RunLanes
 __all__ = ["Runner", "StoreBackend", "StorePort"]
 
 T = TypeVar("T")
+Started = asyncio.Future[object]
 
 
 class Runner(Protocol):
@@ -56,15 +57,9 @@ class Runner(Protocol):
 
     async def ack(self, call: Call[T]) -> T: ...
 
-    def start(
-        self,
-        spec: HandlerSpec,
-        core: QueueCore,
-        job: Job,
-        scope: AbstractContextManager[object] | None,
-    ) -> asyncio.Future[object]: ...
+    def start(self, spec: HandlerSpec, core: QueueCore, job: Job, scope: Scope) -> Started: ...
 
-    def follow(self, spec: HandlerSpec, result: Awaitable[object]) -> asyncio.Future[object]: ...
+    def follow(self, spec: HandlerSpec, result: Awaitable[object]) -> Started: ...
 
 
 class StorePort:

@@ -20,7 +20,6 @@ import functools
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from contextlib import AbstractContextManager
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -32,7 +31,7 @@ from .._db.sa_internals import pool_capacity
 from .._db.sockets import shutdown_socket
 from .._values.job import Job
 from ..store import Store, run_call
-from ._handlers import HandlerSpec, called_in, returned_awaitable
+from ._handlers import HandlerSpec, Scope, returned_awaitable, scoped
 from ._threads import Lane, RunLanes
 
 __all__ = ["DB_CLOSE_WAIT", "SyncLanes", "SyncRunner"]
@@ -40,6 +39,7 @@ __all__ = ["DB_CLOSE_WAIT", "SyncLanes", "SyncRunner"]
 log = logging.getLogger("alkstore_sa.worker")
 
 T = TypeVar("T")
+Started = asyncio.Future[object]
 # At the end of a run, how long to wait for DB calls still on their threads.
 DB_CLOSE_WAIT = 10.0
 # Acks hold a connection of their own only when the pool has this many: a
@@ -235,25 +235,16 @@ class SyncRunner:
             return await self._lanes.acks.run(self._store, call)
         return await self.run(call)
 
-    def start(
-        self,
-        spec: HandlerSpec,
-        core: QueueCore,
-        job: Job,
-        scope: AbstractContextManager[object] | None,
-    ) -> asyncio.Future[object]:
-        fn: Callable[[], object]
+    def start(self, spec: HandlerSpec, core: QueueCore, job: Job, scope: Scope) -> Started:
         if spec.wants_session:
-            fn = functools.partial(_session_call, self._store, spec, core, job)
-        else:
-            fn = functools.partial(spec.fn, job)
-        if scope is not None:
-            fn = functools.partial(called_in, scope, fn)
-        return self._lanes.handlers.submit(fn)
+            return self._lanes.handlers.submit(
+                scoped(functools.partial(_session_call, self._store, spec, core, job), scope)
+            )
+        return self._lanes.handlers.submit(scoped(functools.partial(spec.fn, job), scope))
 
-    def follow(self, spec: HandlerSpec, result: Awaitable[object]) -> asyncio.Future[object]:
+    def follow(self, spec: HandlerSpec, result: Awaitable[object]) -> Started:
         # No loop of the handler's own to run it on: a failed attempt, retried.
-        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        fut: Started = asyncio.get_running_loop().create_future()
         fut.set_exception(returned_awaitable(spec, result))
         return fut
 
