@@ -57,14 +57,14 @@ _TZ = DateTime(timezone=True)
 # Rows the library can load (migration 0009): every time within what Python
 # shows in any session time zone (validate.aware_datetime's range; infinity
 # fails both bounds), a visibility timeout of at most 10**9 s
-# (validate.MAX_SECONDS), the JSON columns of the type the library reads.
+# (validate.MAX_SECONDS), errors a JSON array.  trace_context stays free: a
+# carrier the library cannot read starts a fresh trace (B3).
 # A claim could not hand out a row outside these: it failed to load, or
 # made the claim itself fail on the server.
 _EARLIEST = "'0001-01-02 00:00:00+00'::timestamptz"
 _LATEST = "'9999-12-30 00:00:00+00'::timestamptz"
 _MAX_VT = "'1000000000 seconds'::interval"
 _ERRORS_ARRAY = "errors IS NULL OR jsonb_typeof(errors) = 'array'"
-_TRACE_OBJECT = "trace_context IS NULL OR jsonb_typeof(trace_context) = 'object'"
 
 
 def _times(required: list[str], optional: list[str]) -> str:
@@ -135,7 +135,6 @@ jobs = Table(
     ),
     CheckConstraint(f"visibility_timeout <= {_MAX_VT}", name="visibility_timeout_bound"),
     CheckConstraint(_ERRORS_ARRAY, name="errors"),
-    CheckConstraint(_TRACE_OBJECT, name="trace_context"),
     # The claim's attempts + 1 never passes max_attempts (so never overflows):
     # a pending row has an attempt left.  No statement writes a row outside
     # this: a retry, release or lapse at the last attempt moves it to dead.
@@ -225,7 +224,6 @@ dead_jobs = Table(
     ),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
     CheckConstraint(_ERRORS_ARRAY, name="errors"),
-    CheckConstraint(_TRACE_OBJECT, name="trace_context"),
     # Retention purges walk this (Q25).
     Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
 )

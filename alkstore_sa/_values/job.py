@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -101,8 +102,8 @@ _LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 def _check_loaded(job: Job) -> None:
     """Raise if ``job`` holds a value no caller could use (a row nobody validated).
 
-    asyncpg loads ``infinity`` as ``datetime.max``; JSON columns may hold any
-    JSON a foreign writer put there.  psycopg refuses out-of-range times
+    asyncpg loads ``infinity`` as ``datetime.max``; ``errors`` may hold any
+    JSON array a foreign writer put there.  psycopg refuses out-of-range times
     while loading (the constraints of migration 0009 keep them out).
     """
     for name in ("run_at", "created_at", "expires_at", "claim_deadline"):
@@ -113,15 +114,16 @@ def _check_loaded(job: Job) -> None:
             raise ValueError(f"{name} {value!r} is outside {_EARLIEST.year}-{_LATEST.year}")
     if job.status not in JOB_STATUSES:
         raise ValueError(f"status {job.status!r} is not one of {JOB_STATUSES}")
-    ctx = job.trace_context
-    if ctx is not None and not (
-        isinstance(ctx, dict) and all(isinstance(v, str) for v in ctx.values())
-    ):
-        raise TypeError("trace_context is not a JSON object of strings")
 
 
 # last_error of a claimed row the library could not load (decode_claimed).
 UNDECODABLE_ERROR = "undecodable row"
+
+
+def _is_carrier(ctx: object) -> bool:
+    return isinstance(ctx, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in ctx.items()
+    )
 
 
 def decode_claimed(rows: Iterable[Sequence[Any]]) -> tuple[list[Job], list[tuple[int, str]]]:
@@ -138,6 +140,9 @@ def decode_claimed(rows: Iterable[Sequence[Any]]) -> tuple[list[Job], list[tuple
         try:
             job = Job.from_live(row, strict=True)
             _check_loaded(job)
+            if job.trace_context is not None and not _is_carrier(job.trace_context):
+                # B3: a carrier nobody can read starts a fresh trace; the job runs.
+                job = dataclasses.replace(job, trace_context=None)
         except Exception as exc:  # any failure to load is the row's
             bad.append(
                 (

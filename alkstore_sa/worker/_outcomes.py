@@ -27,7 +27,7 @@ from typing import Any
 from .._extras.instrument import Outcome, notify
 from .._values.errors import FailJob, RetryJob
 from .._values.job import Job
-from ._handlers import MAX_ERROR_CHARS
+from .._values.validate import MAX_ERROR_CHARS, stored_text
 from ._state import QueueState, RunState, Slot
 
 __all__ = ["Reporter", "traceback_text"]
@@ -39,8 +39,9 @@ def traceback_text(exc: BaseException | None) -> str | None:
     """The handler's traceback for the error history (B2): its last MAX_ERROR_CHARS."""
     if exc is None:
         return None
-    text = "".join(tb.format_exception(exc)).replace("\x00", "")
-    return text[-MAX_ERROR_CHARS:]
+    text = "".join(tb.format_exception(exc))
+    # The end of a traceback says where it failed: keep the last characters.
+    return stored_text(text[-MAX_ERROR_CHARS:])
 
 
 def _deliberate(exc: BaseException | None) -> bool:

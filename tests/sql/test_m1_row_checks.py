@@ -37,7 +37,6 @@ POISON = {
     "created_at infinity": "created_at => 'infinity'",
     "huge visibility_timeout": "visibility_timeout => '100000000 years'",
     "errors an object": "errors => '{\"a\": 1}'",
-    "trace_context an array": "trace_context => '[1]'",
     "no attempt left": "attempts => 3, max_attempts => 3",
     "attempts past max": "attempts => 2147483647, max_attempts => 2",
 }
@@ -118,7 +117,6 @@ def test_m1_row_checks_repair_or_dead_letter_poison_rows_then_refuse_them(
     assert live[ids["created_at infinity"]]["created_at"] == LATEST
     assert live[ids["huge visibility_timeout"]]["visibility_timeout"] == timedelta(seconds=10**9)
     assert live[ids["errors an object"]]["errors"] is None
-    assert live[ids["trace_context an array"]]["trace_context"] is None
     for what in ("no attempt left", "attempts past max"):
         assert ids[what] not in live
         assert "attempts out of range" in dead[ids[what]]["last_error"]
@@ -160,3 +158,44 @@ def test_m1_row_checks_repair_or_dead_letter_poison_rows_then_refuse_them(
             text("SELECT run_at FROM alkstore.jobs WHERE id = :i"), {"i": again}
         ).scalar_one()
     assert run_at == EARLIEST
+
+
+NFD = "cafe\u0301"
+NFC = "caf\u00e9"
+
+
+def test_m1_q2_non_nfc_queue_still_drains_after_the_upgrade(blank_database: URL) -> None:
+    """Queue names are NFC now; 0009 moves a queue spelled otherwise to its NFC name."""
+    cfg = alembic_config(url=blank_database)
+    command.upgrade(cfg, BEFORE)
+    insert = text(
+        "INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts, visibility_timeout,"
+        " unique_key) VALUES (:q, :p, statement_timestamp(), 3, '30 s', :k) RETURNING id"
+    )
+    with connect(blank_database) as conn:
+        old = [conn.execute(insert, {"q": NFD, "p": b"old", "k": None}).scalar_one()]
+        old.append(conn.execute(insert, {"q": NFD, "p": b"old-keyed", "k": "k2"}).scalar_one())
+        kept = conn.execute(insert, {"q": NFC, "p": b"nfc-keyed", "k": "k1"}).scalar_one()
+        clash = conn.execute(insert, {"q": NFD, "p": b"dup", "k": "k1"}).scalar_one()
+        conn.execute(text("INSERT INTO alkstore.paused_queues (queue) VALUES (:q)"), {"q": NFD})
+        conn.commit()
+    command.upgrade(cfg, "head")
+    eng = create_engine(blank_database)
+    try:
+        with Store(eng) as store:
+            assert store.queue(NFD).name == NFC  # one queue, however it is typed
+            assert store.queue_names() == [NFC]
+            q = store.queue(NFD)
+            assert q.stats().paused is True  # the pause moved with it
+            q.resume()
+            handles = q.claim_batch("w", 10)
+            assert sorted(h.job.id for h in handles) == sorted([*old, kept])
+            assert all(h.job.queue == NFC and h.job.attempts == 1 for h in handles)
+            dead = store.queue(NFC).get_job(clash)
+            assert dead is not None and dead.status == "dead" and "NFC" in (dead.last_error or "")
+            # A new enqueue under either spelling lands in the same queue.
+            new = store.queue(NFD).enqueue(b"new")
+            got = store.queue(NFC).claim_one("w")
+            assert got is not None and got.id == new
+    finally:
+        eng.dispose()

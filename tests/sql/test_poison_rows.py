@@ -41,7 +41,9 @@ REFUSED: dict[str, dict[str, str]] = {
 UNDECODABLE: dict[str, dict[str, str]] = {
     "errors of numbers": {"errors": "'[1, 2]'"},
     "errors entry without a time": {"errors": """'[{"attempt": 1, "at": 5}]'"""},
-    "trace_context of numbers": {"trace_context": """'{"traceparent": 1}'"""},
+    "errors entry whose error is a number": {
+        "errors": """'[{"attempt": 1, "at": "2026-01-01T00:00:00+00:00", "error": 5}]'"""
+    },
 }
 
 

@@ -20,7 +20,8 @@ overflows).  The constraints below refuse such rows on the way in:
 - ``visibility_timeout`` at most 10^9 seconds (``validate.MAX_SECONDS``),
   so ``now + visibility_timeout`` never leaves that range for centuries;
   in ``dead_jobs`` also above zero (a requeue copies it back);
-- ``errors`` a JSON array, ``trace_context`` a JSON object, or NULL;
+- ``errors`` a JSON array or NULL (``trace_context`` is left free: a
+  carrier the library cannot read only starts a fresh trace, B3);
 - a live row's ``attempts`` at most ``max_attempts``, and below it while
   pending: the claim's ``attempts + 1`` then never passes ``max_attempts``
   (so never overflows), and no statement of the library writes a row
@@ -31,12 +32,17 @@ Rows already there are repaired first, in this transaction, so the
 constraints can be added as VALID: times are clamped into the range (an
 ``expires_at`` of +infinity, "never", becomes NULL, which means the same),
 visibility timeouts above the bound become the bound (below zero in
-``dead_jobs``: one second), ``errors``/``trace_context`` of the wrong JSON
-type become NULL, a dead row's ``max_attempts`` below 1 becomes 1.  A live
-row whose attempts are out of range cannot be repaired without deciding how
+``dead_jobs``: one second), ``errors`` that is not an array becomes NULL,
+a dead row's ``max_attempts`` below 1 becomes 1.  A live row whose attempts are out of range cannot be repaired without deciding how
 often it may still run, so it is dead-lettered, its ``last_error`` saying
 why.  The way down drops the constraints; the repairs stay (every repaired
 value was one the library could not load).
+
+Queue names are now NFC (``validate.queue_name`` normalizes them, so
+``café`` and ``cafe`` + U+0301 are one queue): rows under a name in another
+form move to its NFC form, so such a queue keeps draining.  They are not
+moved back on the way down (an older library opens the NFC name, which
+still holds them; only a caller that spelled it otherwise loses them).
 """
 
 from __future__ import annotations
@@ -79,7 +85,6 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
     ),
     ("jobs", "visibility_timeout_bound", f"visibility_timeout <= {MAX_VT}"),
     ("jobs", "errors", "errors IS NULL OR jsonb_typeof(errors) = 'array'"),
-    ("jobs", "trace_context", "trace_context IS NULL OR jsonb_typeof(trace_context) = 'object'"),
     (
         "jobs",
         "attempts_left",
@@ -97,11 +102,6 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
     ),
     ("dead_jobs", "max_attempts", "max_attempts >= 1"),
     ("dead_jobs", "errors", "errors IS NULL OR jsonb_typeof(errors) = 'array'"),
-    (
-        "dead_jobs",
-        "trace_context",
-        "trace_context IS NULL OR jsonb_typeof(trace_context) = 'object'",
-    ),
 )
 
 
@@ -127,7 +127,6 @@ def _repair(schema: str, table: str, times: Sequence[str], vt_floor: bool) -> No
         )
         op.execute(f"UPDATE {t} SET max_attempts = 1 WHERE max_attempts < 1")
     op.execute(f"UPDATE {t} SET errors = NULL WHERE jsonb_typeof(errors) <> 'array'")
-    op.execute(f"UPDATE {t} SET trace_context = NULL WHERE jsonb_typeof(trace_context) <> 'object'")
 
 
 def _dead_letter_attempts(schema: str) -> None:
@@ -145,8 +144,60 @@ def _dead_letter_attempts(schema: str) -> None:
     )
 
 
+NFC_DUPLICATE_ERROR = (
+    "row check (alkstore_0009): its unique key is live under the NFC form of its queue name"
+)
+
+
+def _nfc_queue_names(schema: str) -> None:
+    """Queue names as the library now spells them: NFC (``validate.queue_name``).
+
+    ``café`` written as ``e`` + U+0301 was a queue of its own that looked
+    the same; the library now opens it as ``café``, so its rows move there
+    and keep draining.  A live job whose unique key is already live under
+    the NFC name cannot join it (U1): it is dead-lettered, saying why.  A
+    pause or a throughput minute already held under the NFC name wins.
+    PostgreSQL's normalize() needs a UTF8 database; in any other encoding
+    no name can hold such characters, so nothing is done.
+    """
+    encoding = op.get_bind().exec_driver_sql("SHOW server_encoding").scalar()
+    if encoding != "UTF8":
+        return
+    s = f'"{schema}"'
+    odd = "queue IS NOT NFC NORMALIZED"
+    clash = (
+        f"unique_key IS NOT NULL AND EXISTS (SELECT 1 FROM {s}.jobs AS other"
+        " WHERE normalize(other.queue, NFC) = normalize(j.queue, NFC)"
+        " AND other.unique_key = j.unique_key"
+        " AND other.id <> j.id AND (other.queue IS NFC NORMALIZED OR other.id < j.id))"
+    )
+    columns = (
+        "id, queue, payload, priority, run_at, attempts, max_attempts, visibility_timeout,"
+        " expires_at, worker_id, claim_deadline, created_at, errors, trace_context, unique_key"
+    )
+    op.execute(
+        f"WITH moved AS (DELETE FROM {s}.jobs AS j WHERE j.{odd} AND {clash} RETURNING *)"
+        f" INSERT INTO {s}.dead_jobs ({columns}, last_error, died_at)"
+        f" SELECT {columns.replace('queue,', 'normalize(queue, NFC),', 1)},"
+        f" '{NFC_DUPLICATE_ERROR}', statement_timestamp() FROM moved"
+    )
+    for table in ("jobs", "dead_jobs"):
+        op.execute(f"UPDATE {s}.{table} SET queue = normalize(queue, NFC) WHERE {odd}")
+    op.execute(
+        f"DELETE FROM {s}.paused_queues AS p WHERE p.{odd} AND EXISTS (SELECT 1 FROM"
+        f" {s}.paused_queues AS n WHERE n.queue = normalize(p.queue, NFC))"
+    )
+    op.execute(f"UPDATE {s}.paused_queues SET queue = normalize(queue, NFC) WHERE {odd}")
+    op.execute(
+        f"DELETE FROM {s}.throughput AS t WHERE t.{odd} AND EXISTS (SELECT 1 FROM"
+        f" {s}.throughput AS n WHERE n.queue = normalize(t.queue, NFC) AND n.minute = t.minute)"
+    )
+    op.execute(f"UPDATE {s}.throughput SET queue = normalize(queue, NFC) WHERE {odd}")
+
+
 def upgrade() -> None:
     schema = migration_schema()
+    _nfc_queue_names(schema)
     _repair(
         schema,
         "jobs",
