@@ -17,8 +17,8 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from .._calls.core import HandleCore, QueueCore
-from .._db.connect import shutdown_socket
 from .._db.ops import Released, Retried, Vacuumed
+from .._db.sockets import shutdown_socket
 from .._values.job import Job, SweepResult
 from ..aio import AsyncQueue, AsyncStore, queue_parts, run_call
 from ._handlers import HandlerSpec, awaited_in, called_in

@@ -23,9 +23,10 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from .._calls.core import Call, HandleCore, QueueCore
-from .._db.connect import drop_if_read_only, shutdown_socket
 from .._db.ops import Released, Retried, Vacuumed
+from .._db.owned import drop_if_read_only
 from .._db.sa_internals import pool_capacity
+from .._db.sockets import shutdown_socket
 from .._values.job import Job, SweepResult
 from ..store import Queue, Store, queue_parts, run_call
 from ._handlers import HandlerSpec, called_in, returned_awaitable
