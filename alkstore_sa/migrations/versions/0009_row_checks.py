@@ -35,8 +35,9 @@ visibility timeouts above the bound become the bound (below zero in
 ``dead_jobs``: one second), ``errors`` that is not an array becomes NULL,
 a dead row's ``max_attempts`` below 1 becomes 1.  A live row whose
 attempts are out of range cannot be repaired without deciding how often it
-may still run, so it is dead-lettered, its ``last_error`` saying why.  The way down drops the constraints; the repairs stay (every repaired
-value was one the library could not load).
+may still run, so it is dead-lettered, its ``last_error`` saying why.  The
+way down drops the constraints; the repairs stay (every repaired value was
+one the library could not load).
 
 Queue names are now NFC (``validate.queue_name`` normalizes them, so
 ``café`` and ``cafe`` + U+0301 are one queue): rows under a name in another
