@@ -20,6 +20,15 @@ __all__ = [
 ]
 
 
+def _cut(error: str | None) -> str | None:
+    """A handler's error text cut as the Worker stores it (``validate.cut_error``)."""
+    if not isinstance(error, str):
+        return error
+    from .validate import cut_error  # validate imports this module at its top
+
+    return cut_error(error)
+
+
 class AlkstoreError(Exception):
     """Base class of the exceptions alkstore_sa raises."""
 
@@ -47,6 +56,7 @@ class FailJob(Exception):
     """Raised by a worker handler to dead-letter its job at once."""
 
     def __init__(self, error: str | None = None) -> None:
+        error = _cut(error)
         super().__init__(error)
         self.error = error
 
@@ -57,6 +67,7 @@ class RetryJob(Exception):
     def __init__(
         self, error: str | None = None, delay: float | int | timedelta | None = None
     ) -> None:
+        error = _cut(error)
         super().__init__(error)
         self.error = error
         self.delay = delay
