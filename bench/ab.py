@@ -51,6 +51,11 @@ Figures = list[dict[str, Any]]
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.splitlines()[0])
     p.add_argument("rev", help="the git revision to compare the working tree with, e.g. c649b2a")
+    p.add_argument(
+        "--against",
+        help="a second git revision to run in place of the working tree (both sides then "
+        "fixed: edits made while it runs do not leak into the figures)",
+    )
     p.add_argument("--cases", default=",".join(DEFAULT_CASES), help="comma-separated bench cases")
     p.add_argument("--rounds", type=int, default=3, help="rounds, each one run per side")
     p.add_argument("--json", type=Path, help="write every run's figures and the ratios here")
@@ -106,10 +111,13 @@ def _spread(values: list[float]) -> str:
     return f"{min(values):.3f} / {statistics.median(values):.3f} / {max(values):.3f}"
 
 
-def summarise(rev: str, runs: dict[str, list[Figures]]) -> tuple[str, list[dict[str, Any]]]:
+def summarise(
+    rev: str, runs: dict[str, list[Figures]], other: str = "tree"
+) -> tuple[str, list[dict[str, Any]]]:
     """The table: per row each side's median and the per-round ratios tree / REV."""
     lines = [
-        f"{'case':<28} {rev + ' (median)':>16} {'tree (median)':>14}  tree/REV min / median / max",
+        f"{'case':<28} {rev + ' (median)':>16} {other + ' (median)':>14}  "
+        f"{other}/{rev} min / median / max",
     ]
     rows: list[dict[str, Any]] = []
 
@@ -137,7 +145,7 @@ def summarise(rev: str, runs: dict[str, list[Figures]]) -> tuple[str, list[dict[
                 if alk and raw:
                     vals.append(alk / raw)
             if vals:
-                who = rev if side == "rev" else "tree"
+                who = rev if side == "rev" else other
                 name = f"D1 {n.rstrip(',')} {who} / raw psycopg"
                 lines.append(f"{name:<28} {'':>16} {'':>14}  {_spread(vals)}")
                 rows.append({"row": name, "ratios": vals})
@@ -156,17 +164,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory(prefix="alkstore-ab-") as tmp:
             old = export(args.rev, Path(tmp) / "rev")
-            say(f"{args.rev} exported to {old}")
+            new = export(args.against, Path(tmp) / "against") if args.against else ROOT
+            say(f"{args.rev} exported to {old}; the other side: {new}")
             for r in range(args.rounds):
                 order = ("rev", "tree") if r % 2 == 0 else ("tree", "rev")
                 for side in order:
                     say(f"round {r + 1}/{args.rounds}: {side}")
-                    src = old if side == "rev" else ROOT
+                    src = old if side == "rev" else new
                     out = Path(tmp) / f"{side}-{r}.json"
                     runs[side].append(run_side(src, url, args.cases, extra, out))
     finally:
         server.stop()
-    text, rows = summarise(args.rev, runs)
+    text, rows = summarise(args.rev, runs, args.against or "tree")
     print(text)
     if args.json:
         doc = {"rev": args.rev, "cases": args.cases, "rounds": args.rounds, "rows": rows}
