@@ -15,7 +15,7 @@ import asyncio
 import logging
 
 from ._port import ClaimKey
-from ._state import QueueState, reraise_if_cancelled
+from ._state import QueueState, RunState, reraise_if_cancelled
 
 __all__ = ["Completer"]
 
@@ -28,7 +28,12 @@ Pending = dict[QueueState, list[tuple[ClaimKey, "asyncio.Future[bool]"]]]
 
 
 class Completer:
-    def __init__(self) -> None:
+    def __init__(self, run: RunState | None = None) -> None:
+        # The run's database health: failed flushes count as failed calls, a
+        # landed one as a success (the first after failures ends every
+        # part's backoff, ``RunState.db_ok``), and a retry wait ends when
+        # another part's call succeeds first.
+        self._run = run
         self._pending: Pending = {}  # claims waiting for an ack, per queue
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
@@ -55,12 +60,23 @@ class Completer:
                 for qs, items in failed.items():
                     self._pending[qs] = items + self._pending.get(qs, [])
                 self._wake.set()
-                await asyncio.sleep(delay)
+                await self._backoff(delay)
                 delay = min(delay * 2, RETRY_CAP)
                 continue
             delay = RETRY_FIRST
             if not self._pending:
                 self._idle.set()
+
+    async def _backoff(self, seconds: float) -> None:
+        """Wait ``seconds`` -- or, if another call lands meanwhile, until the floor
+        (``RETRY_FIRST``) after the failure: at once, but never a spin."""
+        if self._run is None:
+            await asyncio.sleep(seconds)
+            return
+        loop = asyncio.get_running_loop()
+        floor = loop.time() + RETRY_FIRST
+        if await self._run.backoff(seconds):
+            await asyncio.sleep(max(0.0, floor - loop.time()))
 
     async def _flush(self, batch: Pending) -> Pending:
         failed: Pending = {}
@@ -73,8 +89,12 @@ class Completer:
                 log.warning(
                     "acking %d job(s) of %s failed: %s; will retry", len(items), qs.name, exc
                 )
+                if self._run is not None:
+                    self._run.db_failed()
                 failed[qs] = items
                 return
+            if self._run is not None:
+                self._run.db_ok()
             for (job_id, _), fut in items:
                 if not fut.done():
                     fut.set_result(job_id in acked)

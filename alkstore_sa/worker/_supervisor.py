@@ -124,7 +124,7 @@ class Supervisor:
             self._run = run
         self._apply_stop(run)  # a stop() asked for before run()
         restore = self._install_signals(loop)
-        completer = Completer()
+        completer = Completer(run)
         heartbeats = Heartbeats(run)
         executor = Executor(run, heartbeats, completer)
         throughput = Throughput(run)
@@ -222,7 +222,7 @@ class Supervisor:
                     for qs in members:
                         # The database answers again (after an outage, a
                         # failover): a claim backoff ends now, not at its cap.
-                        qs.relistened = True
+                        qs.answered = True
                         qs.wake()  # Q26: claim once LISTEN is established
 
             listeners.append(
