@@ -555,6 +555,30 @@ def test_b5_an_ack_retry_wait_ends_when_another_call_lands() -> None:
     _run(scenario())
 
 
+def test_b5_a_claim_backoff_is_cut_at_most_once_a_poll_interval() -> None:
+    """Claims that keep failing while other calls keep landing poll at their floor;
+    they never spin on the others' successes."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        db = FakeDB(loop)
+        db.enqueue(notify=False, visibility_timeout=1.5)  # heartbeated every 0.5 s
+
+        def fault() -> None:
+            db.fail_next["claim"] = 1_000
+            db.enqueue()
+
+        loop.call_at(0.5, fault)
+        sup = Supervisor(settings(poll_interval=2.0, shutdown_timeout=0.0))
+        await run_for(sup, [bind(db, sleeper(20.0))], FakeBackend(listen_after=0.0), stop_at=12.0)
+        # The wake's claim fails at 0.5; the heartbeat at 1.0 cuts its backoff
+        # (a claim then), and from there on the claims keep the 2 s floor.
+        claims = [t for t in db.times("claim") if t < 12.0]
+        assert claims == pytest.approx([0.0, 0.5, 1.0, 3.0, 5.0, 7.0, 9.0, 11.0], abs=0.01)
+
+    _run(scenario())
+
+
 def test_b5_the_listener_reconnects_from_its_floor_after_an_established_listen() -> None:
     """Connects that fail back off (0.05, 0.1, 0.2 s); LISTEN established and then
     lost again reconnects after the floor, not after the grown wait."""
