@@ -1,6 +1,7 @@
 """alkstore_sa: a PostgreSQL job queue built as a SQLAlchemy 2.x extension."""
 
-from ._errors import (
+from ._extras.migrate import migrate
+from ._values.errors import (
     AlkstoreError,
     FailJob,
     HandleSpentError,
@@ -9,9 +10,8 @@ from ._errors import (
     SchemaMissingError,
     StoreClosedError,
 )
-from ._job import Job, JobError, QueueStats, SweepResult
-from ._migrate import migrate
-from ._opts import EnqueueOpts, QueueOpts
+from ._values.job import Job, JobError, QueueStats, SweepResult
+from ._values.opts import EnqueueOpts, QueueOpts
 from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
 from .store import JobHandle, Queue, Store
 from .tasks import AsyncTask, Periodic, Task, Tasks

@@ -17,11 +17,15 @@ from sqlalchemy import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from . import _connect, _core
-from ._core import Call, HandleCore, QueueCore
-from ._faces import HandleFace, QueueFace
-from ._job import Job, JobStatus, QueueStats, SweepResult
-from ._opts import EnqueueOpts, QueueOpts
+from ._calls import core as _core
+from ._calls.core import Call, HandleCore, QueueCore
+from ._calls.faces import HandleFace, Lifecycle, QueueFace
+from ._db.engines import check_engine, owned_engine_args
+from ._db.keepalives import asyncpg_keepalives
+from ._db.owned import in_autocommit, own_connection
+from ._db.sqlstate import schema_errors
+from ._values.job import Job, JobStatus, QueueStats, SweepResult
+from ._values.opts import EnqueueOpts, QueueOpts
 from .schema import DEFAULT_SCHEMA
 
 __all__ = ["AsyncJobHandle", "AsyncQueue", "AsyncStore"]
@@ -35,8 +39,8 @@ class AsyncStore:
     ``postgresql+asyncpg``, D1) and one schema."""
 
     def __init__(self, engine: AsyncEngine, *, schema: str = DEFAULT_SCHEMA) -> None:
-        _connect.check_engine(engine, AsyncEngine, "AsyncStore")
-        self._life = _connect.Lifecycle(schema)
+        check_engine(engine, AsyncEngine, "AsyncStore")
+        self._life = Lifecycle(schema)
         self.engine = engine
         self._owns_engine = False
 
@@ -45,10 +49,10 @@ class AsyncStore:
         cls, url: str | URL, *, schema: str = DEFAULT_SCHEMA, **engine_kw: Any
     ) -> AsyncStore:
         """A store that owns its engine (disposed on ``close()``)."""
-        parsed, kw = _connect.owned_engine_args(url, engine_kw)
+        parsed, kw = owned_engine_args(url, engine_kw)
         engine = create_async_engine(parsed, **kw)
         if engine.dialect.driver == "asyncpg":  # its keepalives are socket options
-            _connect.asyncpg_keepalives(engine)
+            asyncpg_keepalives(engine)
         store = cls(engine, schema=schema)
         store._owns_engine = True
         return store
@@ -93,15 +97,15 @@ class AsyncStore:
         self, call: Call[T], session: AsyncSessionLike | None = None, *, atomic: bool = False
     ) -> T:
         self._life.check_open()
-        with _connect.schema_errors(self.schema):
+        with schema_errors(self.schema):
             if session is None:
                 # The store's own connection: one that answered read-only
                 # is invalidated, not pooled again (25006, a failover).
                 if atomic:
                     async with self.engine.begin() as conn:
-                        return await conn.run_sync(_connect.own_connection(call))
+                        return await conn.run_sync(own_connection(call))
                 async with self.engine.connect() as conn:
-                    own = _connect.own_connection(_connect.in_autocommit(call))
+                    own = own_connection(in_autocommit(call))
                     return await conn.run_sync(own)
             if isinstance(session, AsyncSession):
                 return await session.run_sync(_on_session, call)

@@ -35,9 +35,9 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from sqlalchemy import Connection
 
-from . import _instrument
-from ._instrument import Carrier, Outcome, Send, queue_time
-from ._job import Job
+from ._extras import instrument as _instrument
+from ._extras.instrument import Carrier, Outcome, Send, queue_time
+from ._values.job import Job
 
 __all__ = ["instrument", "instrumented", "uninstrument"]
 

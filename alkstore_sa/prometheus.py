@@ -36,9 +36,9 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
         "alkstore_sa.prometheus needs prometheus_client: pip install 'alkstore-sa[prometheus]'"
     ) from exc
 
-from . import _instrument
-from ._instrument import Observer, Outcome, queue_time
-from ._job import Job, QueueStats
+from ._extras import instrument as _instrument
+from ._extras.instrument import Observer, Outcome, queue_time
+from ._values.job import Job, QueueStats
 from .aio import AsyncStore
 from .store import Store
 

@@ -14,11 +14,14 @@ from typing import Any, TypeVar
 from sqlalchemy import URL, Connection, Engine, create_engine
 from sqlalchemy.orm import Session
 
-from . import _connect, _core
-from ._core import Call, HandleCore, QueueCore
-from ._faces import HandleFace, QueueFace
-from ._job import Job, JobStatus, QueueStats, SweepResult
-from ._opts import EnqueueOpts, QueueOpts
+from ._calls import core as _core
+from ._calls.core import Call, HandleCore, QueueCore
+from ._calls.faces import HandleFace, Lifecycle, QueueFace
+from ._db.engines import check_engine, owned_engine_args
+from ._db.owned import in_autocommit, own_connection
+from ._db.sqlstate import schema_errors
+from ._values.job import Job, JobStatus, QueueStats, SweepResult
+from ._values.opts import EnqueueOpts, QueueOpts
 from .schema import DEFAULT_SCHEMA
 
 __all__ = ["JobHandle", "Queue", "Store"]
@@ -31,15 +34,15 @@ class Store:
     """A job store over a ``postgresql+psycopg`` engine and one schema."""
 
     def __init__(self, engine: Engine, *, schema: str = DEFAULT_SCHEMA) -> None:
-        _connect.check_engine(engine, Engine, "Store")
-        self._life = _connect.Lifecycle(schema)
+        check_engine(engine, Engine, "Store")
+        self._life = Lifecycle(schema)
         self.engine = engine
         self._owns_engine = False
 
     @classmethod
     def from_url(cls, url: str | URL, *, schema: str = DEFAULT_SCHEMA, **engine_kw: Any) -> Store:
         """A store that owns its engine (disposed on ``close()``)."""
-        parsed, kw = _connect.owned_engine_args(url, engine_kw)
+        parsed, kw = owned_engine_args(url, engine_kw)
         store = cls(create_engine(parsed, **kw), schema=schema)
         store._owns_engine = True
         return store
@@ -82,15 +85,15 @@ class Store:
 
     def _run(self, call: Call[T], session: SyncSession | None = None, *, atomic: bool = False) -> T:
         self._life.check_open()
-        with _connect.schema_errors(self.schema):
+        with schema_errors(self.schema):
             if session is None:
                 # The store's own connection: one that answered read-only
                 # is invalidated, not pooled again (25006, a failover).
                 if atomic:
                     with self.engine.begin() as conn:
-                        return _connect.own_connection(call)(conn)
+                        return own_connection(call)(conn)
                 with self.engine.connect() as conn:
-                    return _connect.own_connection(_connect.in_autocommit(call))(conn)
+                    return own_connection(in_autocommit(call))(conn)
             if isinstance(session, Session):
                 return call(session.connection())
             if isinstance(session, Connection):

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import URL
 
-from alkstore_sa._server import Server, given_server, start_embedded
+from alkstore_sa._extras.server import Server, given_server, start_embedded
 
 ENV_VAR = "ALKSTORE_DATABASE_URL"
 

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 from sqlalchemy import create_engine
 
-from alkstore_sa import Store, _ops
+from alkstore_sa import Store
+from alkstore_sa._db import ops as _ops
 
 from ._cases import PAYLOAD, fill_dead
 from ._db import Database
@@ -125,8 +126,8 @@ def claim_reads(db: Database, queue: str, n: int = 10) -> dict[str, float]:
     scan of it in the plan, and the execution time in ms.  S4 takes it
     before and after its drain.
     """
-    from alkstore_sa._sql import claim as claim_sql
-    from alkstore_sa._sql._render import rendered
+    from alkstore_sa._db.sql import claim as claim_sql
+    from alkstore_sa._db.sql._render import rendered
 
     engine = create_engine(db.sa_url(), pool_size=1, max_overflow=0)
     try:

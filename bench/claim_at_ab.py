@@ -16,7 +16,7 @@ from alembic import command
 from sqlalchemy import create_engine
 
 from alkstore_sa import Store
-from alkstore_sa._server import start_embedded
+from alkstore_sa._extras.server import start_embedded
 from alkstore_sa.migrations._config import alembic_config
 
 BEFORE = "alkstore_0007_hot_heartbeats"

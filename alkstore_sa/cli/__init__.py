@@ -15,10 +15,10 @@ from functools import partial
 
 from sqlalchemy.exc import DBAPIError
 
-from .. import _validate
-from .._core import MAX_LIST, MAX_REQUEUE
-from .._errors import AlkstoreError, InvalidNameError, SchemaMissingError
-from .._job import JOB_STATUSES
+from .._calls.core import MAX_LIST, MAX_REQUEUE
+from .._values import validate as _validate
+from .._values.errors import AlkstoreError, InvalidNameError, SchemaMissingError
+from .._values.job import JOB_STATUSES
 from ..schema import DEFAULT_SCHEMA
 from ._db import SCHEMA_VAR, CliError, Database, resolve_schema, resolve_url
 

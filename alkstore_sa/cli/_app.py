@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._opts import QueueOpts
+from .._values.opts import QueueOpts
 from ..aio import AsyncQueue
 from ..store import Queue
 from ..tasks import Tasks

@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .. import _validate
-from .._migrate import upgrade
-from .._opts import EnqueueOpts
+from .._extras.migrate import upgrade
+from .._values import validate as _validate
+from .._values.opts import EnqueueOpts
 from ..store import Store
 from ._app import load_app, opts_for, warn_undeclared
 from ._db import CliError, Database, open_engine

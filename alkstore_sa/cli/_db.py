@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from sqlalchemy import URL, Engine, create_engine
 from sqlalchemy.exc import DBAPIError
 
-from .._connect import keepalive_connect_args
-from .._url import ENV_VAR, describe_connect_error, normalize_url, require_psycopg
+from .._db.keepalives import keepalive_connect_args
+from .._db.url import ENV_VAR, describe_connect_error, normalize_url, require_psycopg
 from ..schema import DEFAULT_SCHEMA
 
 __all__ = [
@@ -97,7 +97,7 @@ def resolve_url(
 
 def resolve_schema(option: str | None) -> str:
     """``--schema`` if given, else ``ALKSTORE_SCHEMA``, else ``alkstore``; validated."""
-    from .._validate import schema_name
+    from .._values.validate import schema_name
 
     name = option or os.environ.get(SCHEMA_VAR, "").strip() or DEFAULT_SCHEMA
     try:

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.schema import DropSchema
 
-from .._migrate import upgrade
+from .._extras.migrate import upgrade
 from ..demo import receipts
 from ..demo.receipts import QUEUE, SHOP_SCHEMA, Customer, ReceiptsApp, customers
 from ..schema import DEFAULT_SCHEMA, dead_jobs, jobs

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 from sqlalchemy import URL
 
-from .._server import Server, start_embedded
+from .._extras.server import Server, start_embedded
 from ._db import CliError
 
 __all__ = ["throwaway_postgres"]

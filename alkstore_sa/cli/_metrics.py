@@ -17,7 +17,7 @@ from contextlib import ExitStack, contextmanager
 from types import FrameType, ModuleType
 from typing import Any
 
-from .._health import HealthServer
+from .._extras.health import HealthServer
 from ..store import Store
 from ..worker import AsyncWorker, Worker
 from ._db import CliError, Database, open_engine

@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import cast
 
-from .._core import MAX_REQUEUE
-from .._job import Job, JobStatus, QueueStats
-from .._opts import QueueOpts
+from .._calls.core import MAX_REQUEUE
+from .._values.job import Job, JobStatus, QueueStats
+from .._values.opts import QueueOpts
 from ..store import Store
 from ._app import App, load_app, opts_for, warn_undeclared
 from ._commands import queue_name

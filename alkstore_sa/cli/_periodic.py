@@ -16,8 +16,8 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from .._address import StoreAddress
-from .._execute import fetch
+from .._db.address import StoreAddress
+from .._db.execute import fetch
 from ..schema import periodic as periodic_table
 from ..store import Store
 from ..tasks._periodic import Periodic

@@ -11,8 +11,13 @@ from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 from sqlalchemy.schema import CreateSchema
 
-from alkstore_sa._errors import InvalidNameError
-from alkstore_sa._url import ENV_VAR, database_url_from_env, describe_connect_error, normalize_url
+from alkstore_sa._db.url import (
+    ENV_VAR,
+    database_url_from_env,
+    describe_connect_error,
+    normalize_url,
+)
+from alkstore_sa._values.errors import InvalidNameError
 from alkstore_sa.migrations import VERSION_TABLE, migration_schema
 from alkstore_sa.schema import metadata
 

@@ -23,8 +23,8 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._errors import FailJob
-from .._job import Job
+from .._values.errors import FailJob
+from .._values.job import Job
 from ._codec import InvalidEnvelope, decode_envelope
 from ._registry import Tasks
 from ._task import TaskBase

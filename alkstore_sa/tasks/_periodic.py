@@ -30,9 +30,9 @@ from sqlalchemy import Connection, bindparam, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
 
-from .._address import StoreAddress
-from .._execute import fetch
-from .._opts import EnqueueOpts
+from .._db.address import StoreAddress
+from .._db.execute import fetch
+from .._values.opts import EnqueueOpts
 from ..aio import AsyncQueue
 from ..schema import periodic as periodic_table
 from ..store import Queue

@@ -9,7 +9,7 @@ from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, over
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from .._opts import QueueOpts
+from .._values.opts import QueueOpts
 from ..aio import AsyncQueue, AsyncStore
 from ..store import Queue, Store
 from ._codec import Signature

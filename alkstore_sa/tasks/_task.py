@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
-from .._opts import EnqueueOpts
+from .._values.opts import EnqueueOpts
 from ..aio import AsyncQueue
 from ..store import Queue
 from ._codec import Signature, encode_envelope

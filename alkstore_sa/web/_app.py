@@ -30,10 +30,10 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from .. import _core
-from .._core import MAX_REQUEUE
-from .._errors import InvalidNameError, SchemaMissingError
-from .._job import Job, QueueStats
+from .._calls import core as _core
+from .._calls.core import MAX_REQUEUE
+from .._values.errors import InvalidNameError, SchemaMissingError
+from .._values.job import Job, QueueStats
 from ..aio import AsyncStore
 from ..store import Store
 from . import _sql

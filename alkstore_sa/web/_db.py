@@ -30,8 +30,8 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import Connection, Executable, Text, bindparam, func, literal, select
 from starlette.concurrency import run_in_threadpool
 
-from .._address import StoreAddress
-from .._core import Call
+from .._calls.core import Call
+from .._db.address import StoreAddress
 from ..aio import AsyncStore
 from ..aio import run_call as run_async_call
 from ..store import Store, run_call

@@ -26,7 +26,7 @@ from sqlalchemy import (
     select,
 )
 
-from .._sql._common import NOW, dead_row_columns, live_row_columns
+from .._db.sql._common import NOW, dead_row_columns, live_row_columns
 from ..schema import dead_jobs, jobs, throughput
 
 __all__ = [

@@ -40,7 +40,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from .._connect import driver_fd, keepalive_params, shutdown_fd
+from .._db.keepalives import keepalive_params
+from .._db.sockets import driver_fd, shutdown_fd
 from ._port import QueuePort
 from ._state import reraise_if_cancelled
 

@@ -12,8 +12,10 @@ When it claims (Q26):
 - while the queue's handlers are short (``QueueState.ahead``, D3), one
   batch ahead of the free slots, sent the moment the previous one has all
   started;
+- when a job it knows of comes due (``QueueState.next_due``: its own
+  retries, V5), so a retry runs on time rather than a poll later;
 - on the re-poll timer (``poll_interval``), which covers lost notifications
-  and delayed jobs coming due.
+  and delayed jobs it was not told about.
 
 A failed claim is logged and retried after a delay that doubles with each
 failure in a row, from ``poll_interval`` up to ``BACKOFF_CAP`` (B5); wakes
@@ -51,8 +53,8 @@ import logging
 import math
 from datetime import UTC, datetime
 
-from .._instrument import notify
-from .._job import Job
+from .._extras.instrument import notify
+from .._values.job import Job
 from ._executor import Executor
 from ._state import QueueState, RunState, reraise_if_cancelled
 
@@ -118,13 +120,18 @@ class Producer:
                     await self._claim(free)
                     next_poll = loop.time() + poll_interval
                     continue
+            if qs.came_due(now):
+                qs.woken = True  # V5: a job it knows of is due now
+                continue
             if next_poll <= now:
                 qs.woken = True  # the re-poll (Q26)
                 next_poll = now + poll_interval
                 continue
             qs.signal.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(qs.signal.wait(), min(next_poll, settle_at) - now)
+                await asyncio.wait_for(
+                    qs.signal.wait(), min(next_poll, settle_at, qs.next_due) - now
+                )
 
     async def _claim(self, n: int) -> None:
         qs = self._qs

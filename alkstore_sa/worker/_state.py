@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import heapq
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from .._core import HandleCore, QueueCore
-from .._instrument import Observer
-from .._job import Job
+from .._calls.core import QueueCore
+from .._extras.instrument import Observer
+from .._values.job import Job
 from ._handlers import HandlerSpec
 from ._port import ClaimKey, QueuePort
 
@@ -104,7 +105,6 @@ class Slot:
     """One claimed job from claim to outcome."""
 
     job: Job
-    handle: HandleCore
     started_at: float = 0.0  # loop time the handler started
     ran_for: float | None = None  # seconds the handler ran, once it returned or timed out
     beat_every: float = 0.0  # set by Heartbeats.track
@@ -143,6 +143,9 @@ class QueueState:
     ready: collections.deque[Slot] = field(default_factory=collections.deque)
     ahead: int = 0  # how many jobs may be claimed beyond the free slots now
     run_avg: float = math.inf  # a moving average of the handlers' run time (seconds)
+    # V5: loop times jobs this run knows of come due (its own retries), a
+    # heap: the producer claims at each, not a poll interval later.
+    due_at: list[float] = field(default_factory=list)
 
     def ran(self, seconds: float, concurrency: int) -> None:
         """Count one handler's run time; claim ahead while handlers are short (D3)."""
@@ -162,6 +165,25 @@ class QueueState:
     def wake(self) -> None:
         self.woken = True
         self.signal.set()
+
+    def due(self, at: float) -> None:
+        """V5: a job of this queue becomes claimable at loop time ``at``."""
+        if at < self.next_due:
+            self.signal.set()  # the producer's wait ends sooner now
+        heapq.heappush(self.due_at, at)
+
+    @property
+    def next_due(self) -> float:
+        """The earliest due time known, ``inf`` for none."""
+        return self.due_at[0] if self.due_at else math.inf
+
+    def came_due(self, now: float) -> bool:
+        """Forget the due times up to ``now``; whether there were any."""
+        came = False
+        while self.due_at and self.due_at[0] <= now:
+            heapq.heappop(self.due_at)
+            came = True
+        return came
 
     def free(self, slot: Slot, now: float) -> None:
         """Give ``slot``'s concurrency slot back (once), and tell the producer."""

@@ -1,4 +1,4 @@
-"""Must pass ``mypy --strict``: the typed uses of tasks (run by tests/test_t1_typing.py)."""
+"""Must pass ``mypy --strict``: the typed uses of tasks (run by tests/rules/test_t1_typing.py)."""
 
 from __future__ import annotations
 

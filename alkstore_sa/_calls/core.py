@@ -1,0 +1,433 @@
+"""Everything a queue operation does except fetch a connection.
+
+``QueueCore`` and ``HandleCore`` validate arguments (before any SQL) and
+return a *call*: a function of one sync ``Connection`` that runs the
+operation in ``_ops``.  The sync faces run the call on a connection directly;
+the async faces hand it to ``run_sync``.  So each rule lives here or in
+``_ops``/``_sql`` once, and both APIs obey it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, TypeVar
+
+from sqlalchemy import Connection
+
+from .._db import ops as _ops
+from .._db.address import QueueAddress, StoreAddress, channel_for
+from .._db.park import Parker
+from .._extras.instrument import Carrier, Observer, Send, installed
+from .._values import validate as v
+from .._values.errors import HandleSpentError
+from .._values.job import JOB_STATUSES, Job, JobStatus, QueueStats, SweepResult
+from .._values.opts import EnqueueOpts, QueueOpts
+from .._values.stamps import Stamps, as_interval, backoff_delay, resolve_stamps
+
+T = TypeVar("T")
+Call = Callable[[Connection], T]
+
+
+class QueueCore:
+    """A queue's validated identity and its operations as calls."""
+
+    __slots__ = ("_parker", "_plain_stamps", "address", "name", "opts")
+
+    def __init__(self, schema: str, name: object, opts: QueueOpts | None) -> None:
+        if opts is not None and not isinstance(opts, QueueOpts):
+            raise TypeError(f"opts must be QueueOpts, got {type(opts).__name__}")
+        self.name = v.queue_name(name)
+        self.opts = opts or QueueOpts()
+        self.address = QueueAddress(schema, self.name, channel_for(schema, self.name))
+        # The stamps of an enqueue without EnqueueOpts: the same every time.
+        self._plain_stamps = resolve_stamps(self.opts, None)
+        self._parker = Parker()
+
+    def enqueue_many(
+        self, payloads: Iterable[object], opts: EnqueueOpts | None, unique_keys: object = None
+    ) -> Call[list[int]]:
+        if isinstance(payloads, bytes | bytearray | memoryview | str):
+            raise TypeError("enqueue_many takes an iterable of payloads, not a single payload")
+        data = [v.payload(p) for p in payloads]
+        if unique_keys is None:
+            return self._enqueue(data, opts)
+        return self._enqueue(data, opts, _keys_for(data, opts, unique_keys))
+
+    def enqueue(self, payload: object, opts: EnqueueOpts | None) -> Call[int]:
+        many = self._enqueue([v.payload(payload)], opts)
+        return lambda conn: many(conn)[0]
+
+    def _enqueue(
+        self, data: list[bytes], opts: EnqueueOpts | None, keys: list[str | None] | None = None
+    ) -> Call[list[int]]:
+        if opts is not None and not isinstance(opts, EnqueueOpts):
+            raise TypeError(f"opts must be EnqueueOpts, got {type(opts).__name__}")
+        limit = self.opts.max_payload_bytes
+        if limit is not None:
+            for i, payload in enumerate(data):
+                if len(payload) > limit:
+                    which = "the payload" if len(data) == 1 else f"payload {i}"
+                    raise ValueError(
+                        f"{which} is {len(payload):,} bytes, more than queue {self.name!r} "
+                        f"takes (QueueOpts.max_payload_bytes={limit:,})"
+                    )
+        if opts is None:
+            stamps = self._plain_stamps
+        elif opts.unique_key is None:
+            stamps = resolve_stamps(self.opts, opts)
+        else:
+            # U1: the one key applies to every payload; a key alone changes no stamp.
+            stamps = self._plain_stamps if _key_only(opts) else resolve_stamps(self.opts, opts)
+            if keys is None:
+                keys = [opts.unique_key] * len(data)
+        if keys is not None and all(key is None for key in keys):
+            keys = None  # no key at all: the plain statement, as it always was
+        observers = installed()
+        if observers and data:
+            return self._observed(observers, data, stamps, keys)
+        if keys is not None:
+            return partial(
+                _ops.enqueue_keyed, address=self.address, payloads=data, keys=keys, stamps=stamps
+            )
+        return partial(_ops.enqueue, address=self.address, payloads=data, stamps=stamps)
+
+    def _observed(
+        self,
+        observers: tuple[Observer, ...],
+        data: list[bytes],
+        stamps: Stamps,
+        keys: list[str | None] | None,
+    ) -> Call[list[int]]:
+        """The enqueue call wrapped by each installed observer (B3), the first innermost.
+
+        Built here, where the caller builds the call: in its thread and
+        context (its current span), which the observers capture now; the
+        call may run elsewhere (the async faces run it in a greenlet).  The
+        carrier they fill is stored with every job of the call.
+        """
+        address = self.address
+
+        def insert(conn: Connection, carrier: Carrier) -> list[int]:
+            if keys is not None:
+                return _ops.enqueue_keyed(
+                    conn,
+                    address=address,
+                    payloads=data,
+                    keys=keys,
+                    stamps=stamps,
+                    trace_context=carrier or None,
+                )
+            return _ops.enqueue(
+                conn, address=address, payloads=data, stamps=stamps, trace_context=carrier or None
+            )
+
+        send: Send = insert
+        for observer in observers:
+            send = observer.wrap_enqueue(self.name, len(data), send)
+        wrapped = send
+        return lambda conn: wrapped(conn, {})
+
+    def claim(
+        self, worker_id: object, n: object, max_batch_payload_bytes: object = None
+    ) -> Call[list[Job]] | None:
+        """``None`` for ``n <= 0``: the face returns ``[]`` and runs no SQL (Q13).
+
+        ``max_batch_payload_bytes``: None, or the most payload
+        bytes one batch brings back (at least one job is always claimed).
+        """
+        who = v.worker_id(worker_id)
+        max_bytes = batch_bytes(max_batch_payload_bytes)
+        if isinstance(n, int) and not isinstance(n, bool) and n <= 0:
+            return None  # any n <= 0 means "none", however low (no int4 range check)
+        size = v.integer(n, "n")
+        return partial(
+            _ops.claim,
+            address=self.address,
+            worker_id=who,
+            n=size,
+            parker=self._parker,
+            max_bytes=max_bytes,
+        )
+
+    def ack_batch(self, job_ids: Iterable[object]) -> Call[int] | None:
+        ids = v.job_ids(job_ids)
+        if not ids:
+            return None
+        return partial(_ops.ack_batch, address=self.address, job_ids=ids)
+
+    def cancel(self, job_id: object) -> Call[bool]:
+        return partial(_ops.cancel, address=self.address, job_id=v.job_id(job_id))
+
+    def get_job(self, job_id: object) -> Call[Job | None]:
+        return partial(_ops.get_job, address=self.address, job_id=v.job_id(job_id))
+
+    # -- for the worker runtime: many claims per round trip -------------------
+
+    def ack_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
+        """Ack ``(job_id, attempts)`` claims still held; the call returns acked ids."""
+        return partial(_ops.ack_held, address=self.address, claims=claims)
+
+    def heartbeat_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
+        """Extend held claims by each job's visibility timeout; returns extended ids."""
+        return partial(_ops.heartbeat_held, address=self.address, claims=claims)
+
+    def release(self, job_id: int, attempts: int) -> Call[_ops.Released | None]:
+        """Give a held claim back: pending, due now, attempt not refunded (Q27).
+
+        On its last attempt the job is dead-lettered instead (``"dead"``).
+        """
+        return partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
+
+    def ack_claim(self, job_id: int, attempts: int) -> Call[bool]:
+        """Ack one held claim (a session handler's ack, Q28); False when it was gone."""
+        return partial(_ops.ack, address=self.address, job_id=job_id, attempts=attempts)
+
+    def retry_claim(
+        self, job_id: int, attempts: int, error: str | None, delay: float, traceback: str | None
+    ) -> Call[_ops.Retried | None]:
+        """Q17/Q18 for a held claim, ``delay`` seconds (already checked) from now."""
+        return partial(
+            _ops.retry,
+            address=self.address,
+            job_id=job_id,
+            attempts=attempts,
+            delay=as_interval(delay),
+            error=error,
+            traceback=traceback,
+        )
+
+    def fail_claim(
+        self, job_id: int, attempts: int, error: str | None, traceback: str | None
+    ) -> Call[bool]:
+        """Q19 for a held claim; False when it was gone."""
+        return partial(
+            _ops.fail,
+            address=self.address,
+            job_id=job_id,
+            attempts=attempts,
+            error=error,
+            traceback=traceback,
+        )
+
+    def record_outcomes(self, acked: int, retried: int, dead: int) -> Call[None]:
+        """W2: add a worker's tallies to this queue's per-minute throughput counts."""
+        return partial(
+            _ops.record_outcomes, address=self.address, acked=acked, retried=retried, dead=dead
+        )
+
+    def check_schema(self) -> Call[None]:
+        """B5: raises ``SchemaMissingError`` unless the tables are there and up to date."""
+        return partial(_ops.check_schema, address=self.address)
+
+    def vacuum_jobs(self, min_dead: int, live_fraction: float) -> Call[_ops.Vacuumed]:
+        """The worker's vacuum of this store's jobs table, when due (``_ops.vacuum_jobs``)."""
+        return partial(
+            _ops.vacuum_jobs,
+            address=self.address,
+            min_dead=min_dead,
+            live_fraction=live_fraction,
+        )
+
+    def sweep_expired(self) -> Call[SweepResult]:
+        retention = self.opts.dead_letter_retention
+        return partial(
+            _ops.sweep,
+            address=self.address,
+            retention=None if retention is None else as_interval(retention),
+        )
+
+    # -- operations on the queue as a whole (O1-O5) ---------------------------
+
+    def jobs(self, status: object, limit: object, before: object) -> Call[list[Job]]:
+        """O1: validated status, limit (1..1000) and keyset start."""
+        return partial(
+            _ops.list_jobs,
+            address=self.address,
+            status=_status(status),
+            limit=_bounded(limit, "limit", MAX_LIST),
+            before=None if before is None else v.job_id(before),
+        )
+
+    def requeue_dead(self, job_ids: object, limit: object) -> Call[int] | None:
+        """O2; ``None`` for an empty ``job_ids``: the face returns 0 without SQL."""
+        size = _bounded(limit, "limit", MAX_REQUEUE)
+        ids = None if job_ids is None else v.job_ids(job_ids)
+        if ids is not None and not ids:
+            return None
+        return partial(_ops.requeue_dead, address=self.address, job_ids=ids, limit=size)
+
+    def purge_dead(self, job_ids: object, older_than: object) -> Call[int] | None:
+        """O3; ``None`` for an empty ``job_ids``: the face returns 0 without SQL."""
+        age = None if older_than is None else v.duration(older_than, "older_than", allow_zero=True)
+        ids = None if job_ids is None else v.job_ids(job_ids)
+        if ids is not None and not ids:
+            return None
+        return partial(
+            _ops.purge_dead,
+            address=self.address,
+            job_ids=ids,
+            older_than=None if age is None else as_interval(age),
+        )
+
+    def pause(self) -> Call[bool]:
+        return partial(_ops.pause, address=self.address)
+
+    def resume(self) -> Call[bool]:
+        return partial(_ops.resume, address=self.address)
+
+    def stats(self) -> Call[QueueStats]:
+        return partial(_ops.stats, address=self.address)
+
+
+def batch_bytes(value: object) -> int | None:
+    """A ``max_batch_payload_bytes`` checked: None, or an int of at least 1."""
+    if value is None:
+        return None
+    return v.integer(value, "max_batch_payload_bytes", minimum=1)
+
+
+def _key_only(opts: EnqueueOpts) -> bool:
+    """``opts`` sets a unique key and nothing else: the queue's plain stamps apply."""
+    return (
+        opts.priority is None
+        and opts.delay is None
+        and opts.run_at is None
+        and opts.expires_in is None
+        and opts.max_attempts is None
+    )
+
+
+def _keys_for(data: list[bytes], opts: EnqueueOpts | None, unique_keys: object) -> list[str | None]:
+    """U1: ``enqueue_many``'s ``unique_keys``, one per payload (None for none), validated."""
+    if opts is not None and isinstance(opts, EnqueueOpts) and opts.unique_key is not None:
+        raise ValueError(
+            "give either opts.unique_key (one key for every payload) or unique_keys "
+            "(one per payload), not both"
+        )
+    if isinstance(unique_keys, str | bytes | bytearray | memoryview) or not isinstance(
+        unique_keys, Iterable
+    ):
+        raise TypeError(
+            "unique_keys must be an iterable of str or None, one per payload, "
+            f"got {type(unique_keys).__name__}"
+        )
+    keys = [None if key is None else v.unique_key(key, "unique key") for key in unique_keys]
+    if len(keys) != len(data):
+        raise ValueError(f"unique_keys has {len(keys)} entries for {len(data)} payloads")
+    return keys
+
+
+# O1 and O2 bound what one call reads or moves.
+MAX_LIST = 1000
+MAX_REQUEUE = 10_000
+
+
+def _bounded(value: object, what: str, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, got {value!r}")
+    if not 1 <= value <= high:
+        raise ValueError(f"{what} must be between 1 and {high}, got {value}")
+    return value
+
+
+def _status(value: object) -> JobStatus | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"status must be a str or None, got {type(value).__name__}")
+    for known in JOB_STATUSES:
+        if value == known:
+            return known
+    raise ValueError(f"status must be one of {', '.join(JOB_STATUSES)} or None, got {value!r}")
+
+
+def queue_names(schema: str) -> Call[list[str]]:
+    """O6: every queue with a live row, a dead row or a pause."""
+    return partial(_ops.queue_names, address=StoreAddress(schema))
+
+
+def store_stats(schema: str) -> Call[dict[str, QueueStats]]:
+    """O6: every such queue's stats, in one snapshot."""
+    return partial(_ops.store_stats, address=StoreAddress(schema))
+
+
+class HandleCore:
+    """One claim of one job: its identity (id, attempts) and its one-shot state."""
+
+    __slots__ = ("_lock", "_spent", "job", "queue")
+
+    def __init__(self, queue: QueueCore, job: Job) -> None:
+        self.queue = queue
+        self.job = job
+        self._spent = False
+        self._lock = threading.Lock()
+
+    @property
+    def spent(self) -> bool:
+        return self._spent
+
+    def _check_unspent(self) -> None:
+        if self._spent:
+            raise HandleSpentError(
+                f"job {self.job.id}: this handle already acked, retried or failed"
+            )
+
+    def _consuming(self, op: Call[T]) -> Call[T]:
+        """Q20: the call consumes the handle as it reaches the database."""
+
+        def run(conn: Connection) -> T:
+            with self._lock:
+                self._check_unspent()
+                self._spent = True
+            try:
+                return op(conn)
+            except BaseException:
+                # It returned nothing (a connection cut, a statement error), so
+                # the caller may call again (Q30): safe, as each terminal
+                # statement is guarded by the claim, so repeating one that did
+                # commit finds the claim gone and returns False.
+                with self._lock:
+                    self._spent = False
+                raise
+
+        return run
+
+    def _identity(self) -> dict[str, Any]:
+        return {"address": self.queue.address, "job_id": self.job.id, "attempts": self.job.attempts}
+
+    def ack(self) -> Call[bool]:
+        self._check_unspent()
+        return self._consuming(self.queue.ack_claim(self.job.id, self.job.attempts))
+
+    def retry(
+        self, error: object, delay: object, *, traceback: str | None = None
+    ) -> Call[_ops.Retried | None]:
+        """Q17/Q18; the call says ``"retried"`` or ``"dead"``, None when the claim is gone.
+
+        ``traceback`` (the Worker's, B2) goes into the job's error history.
+        """
+        text = v.error_text(error)
+        if delay is None:
+            seconds: float = backoff_delay(self.queue.opts, self.job.attempts)
+        else:
+            seconds = v.duration(delay, "delay", allow_zero=True)
+        self._check_unspent()
+        job = self.job
+        return self._consuming(
+            self.queue.retry_claim(job.id, job.attempts, text, seconds, traceback)
+        )
+
+    def fail(self, error: object, *, traceback: str | None = None) -> Call[bool]:
+        text = v.error_text(error)
+        self._check_unspent()
+        job = self.job
+        return self._consuming(self.queue.fail_claim(job.id, job.attempts, text, traceback))
+
+    def heartbeat(self, extend: object) -> Call[bool] | None:
+        """``None`` when spent: the face returns ``False`` without SQL (Q20)."""
+        seconds = v.duration(extend, "extend")
+        if self._spent:
+            return None
+        return partial(_ops.heartbeat, **self._identity(), extend=as_interval(seconds))

@@ -1,0 +1,1 @@
+"""The database layer: statement builders, the operations over them, execution, connections."""

@@ -1,0 +1,139 @@
+"""Running one statement on a SQLAlchemy ``Connection`` and fetching its rows.
+
+Every operation's statement arrives here already rendered to its text (see
+``_sql/_render.py``).  It goes one of two ways, with the same SQL, the same
+bound parameters and the same psycopg cursor call at the bottom:
+
+- ``Connection.exec_driver_sql`` -- SQLAlchemy's execution path: logging
+  (``echo``), ``before/after_cursor_execute`` and the other execution events,
+  an execution context and a ``CursorResult``, and, on a transactional
+  connection, the autobegin that lets ``commit()`` know a transaction exists.
+- **Straight on the connection's DBAPI cursor**, when nothing could tell the
+  difference: the driver is in autocommit (the statement is its own
+  transaction, so there is nothing for SQLAlchemy's transaction bookkeeping
+  to track), no engine, connection or dialect event is listened for, and
+  the engine does not log statements.  This skips about 75 us of client CPU
+  per statement (the execution context, result set-up and autobegin) -- on
+  an enqueue, a third of what the client spends.  Errors still go through
+  SQLAlchemy's own handler, so they come out wrapped the same way
+  (``sqlalchemy.exc.DBAPIError`` subclasses, parameters shown or hidden as
+  the engine says) and a dropped connection is invalidated in the pool just
+  as ``exec_driver_sql`` would do it.
+
+On asyncpg (the async face's other driver, D1) every statement runs through
+``Connection.execute``: the pre-rendered text is psycopg's (its ``%(name)s``
+placeholders and binary array dumps), and SQLAlchemy's asyncpg adapter
+already prepares and caches each statement on the server, so the cursor path
+would have nothing left to skip.
+
+A statement the renderer cannot reproduce runs through ``Connection.execute``,
+and so does every statement when a private SQLAlchemy member the two shortcuts
+rely on is missing (``_sa_internals.py``, the only module that touches them).
+
+``custom_plan=True`` keeps psycopg from preparing the statement, so
+PostgreSQL plans it for its values on every run.  A prepared statement may
+switch to one generic plan after five runs, and a generic plan cannot use
+the partial indexes (their predicates name a status the plan only sees as a
+parameter): the operations' reads (stats, listings, queue names) would then
+scan the whole table for every queue once five runs on a big queue made the
+generic plan look as cheap.  The claim and the handle statements are
+prepared as before (their custom plans stay far cheaper than a generic one).
+On asyncpg the same is done by preparing the statement afresh, outside the
+adapter's prepared-statement cache (``_sa_internals.asyncpg_unprepared``): a
+statement prepared once and run once always gets a custom plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from sqlalchemy import Connection, Executable
+
+from .sa_internals import asyncpg_unprepared, fast_path, raise_dbapi_error, unobserved
+from .sql._render import Rendered, rendered
+
+if TYPE_CHECKING:
+    from .address import StoreAddress
+
+__all__ = ["fetch"]
+
+Row = Sequence[Any]
+
+
+def fetch(
+    conn: Connection,
+    address: StoreAddress,
+    stmt: Executable,
+    params: dict[str, Any],
+    *,
+    custom_plan: bool = False,
+) -> list[Row]:
+    """Run ``stmt`` with ``params`` on ``conn``; every row it returns, as tuples."""
+    if conn.dialect.driver != "psycopg":
+        if custom_plan:
+            with asyncpg_unprepared(conn):
+                return _public(conn, address, stmt, params)
+        return _public(conn, address, stmt, params)
+    if custom_plan:
+        with _never_prepared(conn):
+            return _fetch(conn, address, stmt, params)
+    return _fetch(conn, address, stmt, params)
+
+
+@contextmanager
+def _never_prepared(conn: Connection) -> Iterator[None]:
+    """psycopg prepares nothing inside (its threshold restored after)."""
+    driver = conn.connection.driver_connection
+    before = driver.prepare_threshold  # type: ignore[union-attr]
+    driver.prepare_threshold = None  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        driver.prepare_threshold = before  # type: ignore[union-attr]
+
+
+def _fetch(
+    conn: Connection, address: StoreAddress, stmt: Executable, params: dict[str, Any]
+) -> list[Row]:
+    text = rendered(stmt, conn.dialect, address.schema) if fast_path(conn) else None
+    if text is None:
+        return _public(conn, address, stmt, params)
+    bound = text.params(params)
+    dbapi = conn.connection.dbapi_connection
+    if dbapi is not None and dbapi.autocommit and unobserved(conn):
+        return _on_cursor(conn, dbapi, text, bound)
+    return list(conn.exec_driver_sql(text.sql, bound).all())
+
+
+def _public(
+    conn: Connection, address: StoreAddress, stmt: Executable, params: dict[str, Any]
+) -> list[Row]:
+    result = conn.execute(stmt, params, execution_options=address.execution_options)
+    return list(result.all())
+
+
+def _on_cursor(conn: Connection, dbapi: Any, text: Rendered, params: dict[str, Any]) -> list[Row]:
+    # A raw cursor (``$n`` placeholders) when the connection makes plain
+    # cursors: psycopg then has no ``%(name)s`` text to convert (see
+    # ``Rendered.raw``); the same statement, values and protocol otherwise.
+    # A connection made with another cursor_factory keeps its own cursors.
+    raw = text.raw is not None and getattr(dbapi, "cursor_factory", None) is psycopg.Cursor
+    cursor = psycopg.RawCursor(dbapi) if raw else dbapi.cursor()
+    try:
+        if raw:
+            assert text.raw is not None
+            cursor.execute(text.raw[0], text.positional(params))
+        else:
+            cursor.execute(text.sql, params)
+        # Every statement of ours returns rows (RETURNING or SELECT).  Not
+        # cursor.description: psycopg builds a Column object per column on
+        # every read of it.
+        rows: list[Row] = cursor.fetchall()
+    except BaseException as exc:
+        raise_dbapi_error(conn, exc, text.sql, params, cursor)
+    finally:
+        cursor.close()
+    return rows

@@ -1,0 +1,195 @@
+"""Pieces every statement shares: the clock, the claim predicate, the dead move, row shapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    DateTime,
+    Integer,
+    Select,
+    Text,
+    and_,
+    any_,
+    bindparam,
+    cast,
+    delete,
+    func,
+    insert,
+    literal,
+    null,
+    select,
+)
+from sqlalchemy.dialects.postgresql import JSONPATH
+
+from ..._values.job import ERROR_HISTORY_LIMIT, LIVE_COLUMNS
+from ...schema import dead_jobs, jobs
+
+# Deadlines and due times are judged against the statement's own start time
+# ("Shape" in docs/semantics.md): the same for every row one statement
+# touches, and not the start of a caller's long transaction.
+NOW: ColumnElement[object] = func.statement_timestamp(type_=DateTime(timezone=True))
+
+# last_error of a job that ran out of attempts, whether its claim lapsed
+# (Q12) or retry() found none left (Q18).
+MAX_ATTEMPTS_ERROR = "max attempts exceeded"
+_SET_ON_DEATH = ("last_error", "died_at", "errors")
+DEAD_COPY_COLUMNS = [c.name for c in dead_jobs.c if c.name not in _SET_ON_DEATH]
+# The live table's columns a caller reads, in LIVE_COLUMNS order: jobs.* less
+# the internal deadline_floor (H1).
+LIVE = [jobs.c[name] for name in LIVE_COLUMNS]
+
+
+def lapsed() -> tuple[ColumnElement[bool], ColumnElement[bool]]:
+    """A processing row whose claim lapsed, in a form ``jobs_lapse_ix`` serves.
+
+    ``deadline_floor`` (indexed, never above ``claim_deadline``) finds the
+    candidates; ``claim_deadline`` (not indexed, moved by heartbeats) decides.
+    """
+    return jobs.c.deadline_floor <= NOW, jobs.c.claim_deadline <= NOW
+
+
+def extend_claim(deadline: ColumnElement[Any]) -> dict[str, ColumnElement[Any]]:
+    """A heartbeat's SET: the new deadline; the floor only ever comes down.
+
+    An extension leaves ``deadline_floor`` as it was (the same value: PostgreSQL
+    can then make the update HOT); a shortened claim lowers it, so the
+    lapse index still finds the row the moment its deadline passes.
+    """
+    return {
+        "claim_deadline": deadline,
+        "deadline_floor": func.least(jobs.c.deadline_floor, deadline),
+    }
+
+
+def claim_is_held() -> ColumnElement[bool]:
+    """Q14: the row is processing, unexpired, and still this claim's.
+
+    A claim is (job id, attempts at the claim): a reclaim bumps attempts, so
+    an older handle of the same worker stops matching.
+    """
+    return and_(
+        jobs.c.id == bindparam("p_job_id", type_=jobs.c.id.type),
+        jobs.c.attempts == bindparam("p_attempts", type_=Integer),
+        jobs.c.status == "processing",
+        jobs.c.claim_deadline > NOW,
+    )
+
+
+def id_among(ids: Select[tuple[int]]) -> ColumnElement[bool]:
+    """``jobs.id = ANY(ARRAY(<ids>))``: the ids are collected first, then looked up.
+
+    Same rows as ``jobs.id IN (<ids>)``, but the planner sees a sub-select
+    run once and an index lookup by value instead of a semi-join to plan
+    (about a fifth of the claim's planning time, which is paid on every
+    claim: PostgreSQL re-plans it for its ``LIMIT``).
+    """
+    return jobs.c.id == any_(func.array(ids.scalar_subquery()))
+
+
+def traceback_param() -> ColumnElement[str | None]:
+    """The handler's traceback a Worker passes with a retry or fail (B2); NULL otherwise."""
+    return cast(bindparam("p_traceback", type_=Text), Text)
+
+
+def with_error(
+    errors: ColumnElement[Any],
+    attempt: ColumnElement[int],
+    error: ColumnElement[Any],
+    traceback: ColumnElement[str | None] | None = None,
+) -> ColumnElement[Any]:
+    """B2: ``errors`` with one entry appended, keeping the newest ERROR_HISTORY_LIMIT.
+
+    The keys and the slice are bound like any value (the statement text
+    holds no literal).
+    """
+
+    def key(name: str) -> ColumnElement[str]:
+        return literal(name, type_=Text)
+
+    entry = func.jsonb_build_object(
+        key("attempt"),
+        attempt,
+        key("at"),
+        NOW,
+        key("error"),
+        cast(error, Text),
+        key("traceback"),
+        null() if traceback is None else traceback,
+    )
+    grown = func.coalesce(errors, func.jsonb_build_array()).op("||")(func.jsonb_build_array(entry))
+    newest = cast(literal(f"$[last - {ERROR_HISTORY_LIMIT - 1} to last]", type_=Text), JSONPATH)
+    return func.jsonb_path_query_array(grown, newest)
+
+
+def move_to_dead(
+    where: ColumnElement[bool] | Select[tuple[int]],
+    last_error: ColumnElement[str | None],
+    name: str,
+    traceback: ColumnElement[str | None] | None = None,
+) -> CTE:
+    """DELETE the matching live rows and INSERT them into ``dead_jobs``.
+
+    ``where`` is either a predicate on ``jobs`` or a SELECT of ids (used where
+    the rows must be locked with SKIP LOCKED first).  Returns the INSERT as a
+    CTE whose rows are the buried ids; add it to a statement with
+    ``add_cte`` or select from it.  The move appends ``last_error`` (and
+    ``traceback``, when given) to the row's error history (B2).
+    """
+    condition = id_among(where) if isinstance(where, Select) else where
+    moved = delete(jobs).where(condition).returning(*jobs.c).cte(f"{name}_moved")
+    source = select(
+        *(moved.c[col] for col in DEAD_COPY_COLUMNS),
+        last_error.label("last_error"),
+        NOW.label("died_at"),
+        with_error(moved.c.errors, moved.c.attempts, last_error, traceback).label("errors"),
+    )
+    return (
+        insert(dead_jobs)
+        .from_select([*DEAD_COPY_COLUMNS, *_SET_ON_DEATH], source)
+        .returning(dead_jobs.c.id)
+        .cte(name)
+    )
+
+
+def live_row_columns() -> list[ColumnElement[Any]]:
+    """A live row as callers read it: ``LIVE`` then a NULL ``died_at`` (``Job.from_live``)."""
+    return [*LIVE, null().cast(DateTime(timezone=True)).label("died_at")]
+
+
+def dead_row_columns() -> list[ColumnElement[Any]]:
+    """A dead row in the same shape: the live columns, ``status`` = ``'dead'``, then ``died_at``."""
+    return [
+        *(
+            literal("dead", type_=Text).label("status")
+            if col.name == "status"
+            else dead_jobs.c[col.name]
+            for col in LIVE
+        ),
+        dead_jobs.c.died_at,
+    ]
+
+
+def error_or(default: str) -> ColumnElement[str | None]:
+    """The caller's ``error`` parameter, else ``default`` (both bound, never pasted)."""
+    return func.coalesce(bindparam("p_error", type_=Text), literal(default, type_=Text))
+
+
+def wake_once_if_any(rows: CTE) -> CTE:
+    """One ``pg_notify`` on the queue's channel when ``rows`` has a row, none when empty.
+
+    Joined into the statement's result, so it runs in the statement's own
+    transaction: a rollback wakes no one (Q7).
+    """
+    return (
+        select(
+            func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label(
+                "woke"
+            )
+        )
+        .select_from(rows)
+        .limit(literal(1, type_=Integer))
+        .cte("wake")
+    )

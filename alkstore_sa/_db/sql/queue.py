@@ -1,0 +1,125 @@
+"""Queue-wide statements: ack_batch, cancel, get_job, sweep (Q22-Q25)."""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    CompoundSelect,
+    Interval,
+    Select,
+    Text,
+    any_,
+    bindparam,
+    delete,
+    literal,
+    select,
+)
+from sqlalchemy.sql.dml import ReturningDelete
+
+from ...schema import dead_jobs, jobs, metadata
+from ._common import NOW, dead_row_columns, live_row_columns, move_to_dead
+from .claim import bury_lapsed_exhausted
+
+__all__ = [
+    "EXPIRED_ERROR",
+    "ack_batch",
+    "bury_expired",
+    "bury_lapsed",
+    "cancel",
+    "get_job",
+    "purge_dead",
+    "schema_probe",
+]
+
+EXPIRED_ERROR = "expired"
+
+
+@cache
+def ack_batch() -> ReturningDelete[tuple[int]]:
+    """Q22: delete each ``:job_ids`` row this queue still holds unlapsed.
+
+    The Q14 predicate without the attempts clause: a batch ack has only ids.
+    """
+    return (
+        delete(jobs)
+        .where(
+            jobs.c.id == any_(bindparam("p_job_ids", type_=ARRAY(BigInteger))),
+            jobs.c.queue == bindparam("p_queue", type_=Text),
+            jobs.c.status == "processing",
+            jobs.c.claim_deadline > NOW,
+        )
+        .returning(jobs.c.id)
+    )
+
+
+@cache
+def cancel() -> ReturningDelete[tuple[int]]:
+    """Q23: delete a live row of this queue, whatever its state."""
+    return (
+        delete(jobs)
+        .where(
+            jobs.c.id == bindparam("p_job_id", type_=BigInteger),
+            jobs.c.queue == bindparam("p_queue", type_=Text),
+        )
+        .returning(jobs.c.id)
+    )
+
+
+@cache
+def get_job() -> CompoundSelect[Any]:
+    """Q24: the live row, else the dead one, with its status."""
+    job_id = bindparam("p_job_id", type_=BigInteger)
+    queue = bindparam("p_queue", type_=Text)
+    live = select(*live_row_columns()).where(jobs.c.id == job_id, jobs.c.queue == queue)
+    dead = select(*dead_row_columns()).where(dead_jobs.c.id == job_id, dead_jobs.c.queue == queue)
+    return live.union_all(dead)
+
+
+@cache
+def bury_lapsed() -> Select[tuple[int]]:
+    """Q12 for sweep_expired(): exhausted lapsed claims to dead."""
+    buried = bury_lapsed_exhausted("buried")
+    return select(buried.c.id)
+
+
+@cache
+def bury_expired() -> Select[tuple[int]]:
+    """Q25: every past-expiry row of this queue, pending or processing, to dead."""
+    locked_ids = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.queue == bindparam("p_queue", type_=Text),
+            jobs.c.expires_at <= NOW,
+        )
+        .with_for_update(skip_locked=True)
+    )
+    buried = move_to_dead(locked_ids, literal(EXPIRED_ERROR, type_=Text), "buried")
+    return select(buried.c.id)
+
+
+@cache
+def purge_dead() -> ReturningDelete[tuple[int]]:
+    """Q25: drop this queue's dead rows older than ``:retention``."""
+    return (
+        delete(dead_jobs)
+        .where(
+            dead_jobs.c.queue == bindparam("p_queue", type_=Text),
+            dead_jobs.c.died_at < NOW - bindparam("p_retention", type_=Interval),
+        )
+        .returning(dead_jobs.c.id)
+    )
+
+
+@cache
+def schema_probe() -> Select[tuple[bool, ...]]:
+    """B5: names every column of every table and reads no row.
+
+    Fails with undefined_table or undefined_column (SchemaMissingError) when
+    the migrations never ran or are behind this version of the package.
+    """
+    probes = [select(*table.c).limit(0).exists() for table in metadata.sorted_tables]
+    return select(*probes)  # type: ignore[return-value]

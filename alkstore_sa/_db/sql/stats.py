@@ -1,0 +1,155 @@
+"""How far behind queues are (O5) and which queues exist (O6): one statement each.
+
+Counts are split by status so each part walks the index its status has:
+pending rows through ``jobs_claim_ix``, processing rows through
+``jobs_lapse_ix`` (both partial indexes led by ``queue``), dead rows through
+``dead_jobs_queue_died_at_ix``; queue names are found by skipping through
+those indexes one queue at a time.  Their cost follows the queue's own
+rows, not the table's.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    Integer,
+    Join,
+    Select,
+    Table,
+    Text,
+    bindparam,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+    union,
+)
+
+from ...schema import dead_jobs, jobs, paused_queues
+from ._common import NOW
+
+__all__ = ["STATS_COLUMNS", "queue_names", "stats", "stats_all"]
+
+
+# What ``stats`` returns, in order (``_ops`` reads the row by position), as
+# the QueueStats field each column becomes.
+STATS_COLUMNS = (
+    "due",
+    "scheduled",
+    "processing",  # the held column
+    "lapsed",
+    "expired",  # the past_expiry column
+    "dead",
+    "oldest_due_run_at",  # the oldest column
+    "now",
+    "paused",
+)
+
+
+def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[Any]]]:
+    """The FROM clause and the ``STATS_COLUMNS`` of one queue's stats.
+
+    ``queue`` is a bound parameter (one queue) or a column of an outer
+    FROM (every queue: the parts are LATERAL).  Pending and processing rows
+    are aggregated apart so each part walks its own partial index; the dead
+    rows are counted from the dead table's ``(queue, died_at)`` index.
+    (The aliases avoid the words of status values: those travel bound.)
+    """
+    unexpired = or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > NOW)
+    past_expiry = jobs.c.expires_at <= NOW
+    due = (jobs.c.run_at <= NOW) & unexpired
+    waiting = (
+        select(
+            func.count().filter(due).label("due"),
+            func.count().filter((jobs.c.run_at > NOW) & unexpired).label("scheduled"),
+            func.count().filter(past_expiry).label("past_expiry"),
+            func.min(jobs.c.run_at).filter(due).label("oldest"),
+        )
+        .where(jobs.c.queue == queue, jobs.c.status == "pending")
+        .lateral("waiting")
+    )
+    held = (
+        select(
+            func.count().label("held"),
+            func.count().filter(jobs.c.claim_deadline <= NOW).label("lapsed"),
+            func.count().filter(past_expiry).label("past_expiry"),
+        )
+        .where(jobs.c.queue == queue, jobs.c.status == "processing")
+        .lateral("held")
+    )
+    dead = select(func.count().label("dead")).where(dead_jobs.c.queue == queue).lateral("dead")
+    paused = exists().where(paused_queues.c.queue == queue)
+    columns: list[ColumnElement[Any]] = [
+        waiting.c.due,
+        waiting.c.scheduled,
+        held.c.held,
+        held.c.lapsed,
+        (waiting.c.past_expiry + held.c.past_expiry).label("past_expiry"),
+        dead.c.dead,
+        waiting.c.oldest,
+        NOW.label("now"),
+        paused.label("paused"),
+    ]
+    return waiting.join(held, true()).join(dead, true()), columns
+
+
+@cache
+def stats() -> Select[Any]:
+    """O5: ``STATS_COLUMNS`` of ``:queue``, one row, one snapshot."""
+    parts, columns = _stats_parts(bindparam("p_queue", type_=Text))
+    return select(*columns).select_from(parts)
+
+
+def _distinct_queues(table: Table, *where: ColumnElement[bool], name: str) -> CTE:
+    """The distinct ``queue`` values of ``table`` by a skip scan of an index led by ``queue``.
+
+    A recursive CTE that jumps from one queue name to the next (``queue >
+    previous ORDER BY queue LIMIT 1``): one index descent per queue instead
+    of a read of every row.  Its last row is NULL.
+    """
+
+    def first_after(previous: ColumnElement[str] | None) -> ColumnElement[str]:
+        later = () if previous is None else (table.c.queue > previous,)
+        return (
+            select(table.c.queue)
+            .where(*where, *later)
+            .order_by(table.c.queue)
+            .limit(literal(1, type_=Integer))
+            .scalar_subquery()
+        )
+
+    seed = select(first_after(None).label("queue")).cte(name, recursive=True)
+    step = select(first_after(seed.c.queue).label("queue")).where(seed.c.queue.is_not(None))
+    return seed.union_all(step)
+
+
+def _all_queue_names() -> Select[tuple[str]]:
+    """O6: every queue with a live row, a dead row or a pause (unordered, distinct)."""
+    sources = [
+        _distinct_queues(jobs, jobs.c.status == "pending", name="waiting_queues"),
+        _distinct_queues(jobs, jobs.c.status == "processing", name="held_queues"),
+        _distinct_queues(dead_jobs, name="dead_queues"),
+    ]
+    found = [select(s.c.queue).where(s.c.queue.is_not(None)) for s in sources]
+    return union(*found, select(paused_queues.c.queue))  # type: ignore[return-value]
+
+
+@cache
+def queue_names() -> Select[tuple[str]]:
+    """O6: the queue names (sorted by the caller, in Python's order)."""
+    names = _all_queue_names().subquery("names")
+    return select(names.c.queue)
+
+
+@cache
+def stats_all() -> Select[Any]:
+    """O6: ``queue`` then ``STATS_COLUMNS`` for every queue, one statement, one snapshot."""
+    names = _all_queue_names().subquery("names")
+    parts, columns = _stats_parts(names.c.queue)
+    return select(names.c.queue, *columns).select_from(names.join(parts, true()))

@@ -1,0 +1,1 @@
+"""Optional parts: the embedded server, instrumentation hooks, migrate(), the health server."""

@@ -1,0 +1,1 @@
+"""Value types and validation: errors, jobs, options, stamps, argument checks (no I/O)."""

@@ -1,0 +1,98 @@
+"""The benchmark suite runs end to end (tiny sizes) against the test server.
+
+Not a performance test: it proves ``python -m bench`` measures every case,
+checks each drain ran every job exactly once (the suite raises otherwise),
+and writes the table and JSON the docs describe.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import cli
+
+from .. import _pg
+
+
+def test_bench_suite_runs_every_case_and_writes_json(
+    pg_server: _pg.Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The suite makes (and drops) its own database on the test server.
+    url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
+    monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
+    out = tmp_path / "bench.json"
+    sizes = ["--e1", "20", "--e2-batches", "2", "--e2-size", "50", "--jobs", "120"]
+    sizes += ["--procs", "1", "--l1", "5", "--backlog", "300", "--dead", "30"]
+
+    assert cli.main([*sizes, "--json", str(out)]) == 0
+
+    doc = json.loads(out.read_text())
+    ran = {(f["case"], f["system"]) for f in doc["figures"]}
+    for case in ("E1", "E2", "D1", "S1"):
+        assert (case, "alkstore") in ran
+        assert (case, "raw-psycopg") in ran
+    assert ("D2", "alkstore") in ran
+    assert ("L1", "alkstore") in ran
+    assert ("D2", "alkstore-c50") in ran  # pgqueuer's 50 jobs in flight: the D2 target
+    for case in ("E1", "D1", "D2", "L1"):  # D1: the async face on both drivers
+        assert (case, "alkstore-async") in ran and (case, "alkstore-asyncpg") in ran
+    assert "D1 n=10 AsyncStore asyncpg/psycopg (rate)" in doc["references"]
+    assert "D2 Worker c=10 vs pgqueuer-asyncpg (it holds 50 jobs)" in doc["references"]
+    assert all(f["jobs"] > 0 and f["seconds"] > 0 for f in doc["figures"])
+    names = {t["name"] for t in doc["targets"]}
+    assert {"D1 n=10 vs raw", "E1 vs raw insert+notify", "S1 n=100 vs D1 n=100"} <= names
+    assert "D2 Worker c=50 vs pgqueuer-asyncpg" in names  # like for like
+    assert doc["meta"]["postgres"]["server_version"]
+    table = capsys.readouterr().out
+    assert "D1 n=100 vs raw" in table
+
+
+def test_b4_bench_ab_runs_plain_and_instrumented_drains(
+    pg_server: _pg.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # B4's cost measurement: interleaved plain/instrumented drains, each round's ratio
+    # reported (the instrumented drains also check every job was counted as acked).
+    url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
+    monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
+    out = tmp_path / "b4.json"
+    args = ["--only", "B4", "--b4-rounds", "2", "--jobs", "60", "--no-pgqueuer"]
+    assert cli.main([*args, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    ran = [(f["system"], f["shape"]) for f in doc["figures"]]
+    for shape in ("Worker c=10", "AsyncWorker c=10"):
+        assert ran.count(("alkstore", shape)) == ran.count(("alkstore+prometheus", shape)) == 2
+        assert any(k.startswith(f"B4 {shape} CPU/job +prom/plain") for k in doc["references"])
+        assert any(
+            k.startswith(f"B4 {shape} rate +prom/plain, median of 2") for k in doc["references"]
+        )
+
+
+def test_bench_scale_cases_s2_s3_s4_report_their_targets(
+    pg_server: _pg.Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
+    monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
+    out = tmp_path / "scale.json"
+    sizes = ["--jobs", "120", "--procs", "2", "--s2-future", "500", "--s3-expired", "200"]
+    sizes += ["--s4-jobs", "400"]
+
+    assert cli.main(["--only", "S2,S3,S4", *sizes, "--no-pgqueuer", "--json", str(out)]) == 0
+
+    doc = json.loads(out.read_text())
+    ran = {f["case"] for f in doc["figures"]}
+    assert {"D1", "S2", "S3", "S4"} <= ran  # D1 n=10 comes along as their baseline
+    targets = {t["name"]: t for t in doc["targets"]}
+    for name in ("S2 vs D1 n=10", "S3 vs D1 n=10", "S4 claim p99 end / start"):
+        assert targets[name]["value"] is not None
+    s4 = next(f for f in doc["figures"] if f["case"] == "S4")
+    assert s4["jobs"] == 400
+    for key in ("p99_start_ms", "p99_end_ms", "claim_ix_buffers_end", "lapse_ix_buffers_end"):
+        assert key in s4["extra"]
