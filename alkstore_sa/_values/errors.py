@@ -17,6 +17,7 @@ __all__ = [
     "RetryJob",
     "SchemaMissingError",
     "StoreClosedError",
+    "WorkerStartError",
 ]
 
 
@@ -41,6 +42,20 @@ class SchemaMissingError(AlkstoreError):
 
     Run ``alkstore migrate`` (or ``alembic upgrade head``) first.
     """
+
+
+class WorkerStartError(AlkstoreError):
+    """A worker process of ``run_processes`` failed at its first start (X1).
+
+    ``message`` is the child's one-line error, ``code`` the exit code it
+    asks for (2: a usage mistake such as a bad target), ``pid`` the child's.
+    """
+
+    def __init__(self, message: str, *, code: int = 1, pid: int | None = None) -> None:
+        super().__init__(f"worker process {pid} failed at start: {message}")
+        self.message = message
+        self.code = code
+        self.pid = pid
 
 
 class FailJob(Exception):
