@@ -16,8 +16,8 @@ import pytest
 
 from alkstore_sa import FailJob, InvalidNameError, RetryJob
 from alkstore_sa._values.validate import MAX_ERROR_CHARS, MAX_WORKER_ID_CHARS
-from alkstore_sa.worker._handlers import stored_error
 from alkstore_sa.worker._bounded import bounded
+from alkstore_sa.worker._handlers import stored_error
 
 from .._sqlspy import SqlSpy, sync_engine_of
 
