@@ -10,6 +10,7 @@ account; each keeps the builtin base a caller may already catch::
     +-- SchemaMissingError                      no alkstore tables: migrate first
     +-- InvalidEnvelope (also ValueError)       a payload that is no task envelope (T1)
     +-- UnknownTaskError (also LookupError)     a task this worker does not have (T2)
+    +-- WorkerStartError                        a worker process failed at its first start (X1)
 
 ``FailJob`` and ``RetryJob`` are not errors of the library: a worker's
 handler raises them to choose what happens to its job.  Errors of the
@@ -31,6 +32,7 @@ __all__ = [
     "SchemaMissingError",
     "StoreClosedError",
     "UnknownTaskError",
+    "WorkerStartError",
 ]
 
 
@@ -79,6 +81,20 @@ class UnknownTaskError(AlkstoreError, LookupError):
 
     def __str__(self) -> str:
         return str(self.args[0])  # LookupError would quote it again
+
+
+class WorkerStartError(AlkstoreError):
+    """A worker process of ``run_processes`` failed at its first start (X1).
+
+    ``message`` is the child's one-line error, ``code`` the exit code it
+    asks for (2: a usage mistake such as a bad target), ``pid`` the child's.
+    """
+
+    def __init__(self, message: str, *, code: int = 1, pid: int | None = None) -> None:
+        super().__init__(f"worker process {pid} failed at start: {message}")
+        self.message = message
+        self.code = code
+        self.pid = pid
 
 
 class FailJob(Exception):

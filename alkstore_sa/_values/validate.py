@@ -58,17 +58,21 @@ def cut_error(text: str) -> str:
     return text[:MAX_ERROR_CHARS]
 
 
+def storable_text(text: str) -> str:
+    """``text`` as PostgreSQL can hold it: NULs dropped, lone surrogates as ``\\udcxx``."""
+    text = text.replace("\x00", "")
+    if not _encodable(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 def stored_text(text: str) -> str:
     """Text the library writes on a handler's behalf (an exception's message).
 
     Never refused (the handler already failed; its job must still move):
-    NULs dropped, lone surrogates written as ``\\udcxx``, cut to
-    MAX_ERROR_CHARS.
+    ``storable_text``, cut to MAX_ERROR_CHARS.
     """
-    text = text.replace("\x00", "")
-    if not _encodable(text):
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return cut_error(text)
+    return cut_error(storable_text(text))
 
 
 def _has_bad_char(text: str) -> bool:

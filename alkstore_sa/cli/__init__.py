@@ -189,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrency", type=_positive_int, help="handler slots (overrides the worker's own)"
     )
     p.add_argument(
+        "--processes",
+        type=_positive_int,
+        metavar="N",
+        help="run N worker processes under one supervisor (X1), each its own worker; uses N cores",
+    )
+    p.add_argument(
         "--metrics-port",
         type=_port,
         metavar="PORT",

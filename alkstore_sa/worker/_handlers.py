@@ -18,15 +18,19 @@ from .._values.validate import stored_text
 
 __all__ = [
     "HandlerSpec",
+    "Scope",
     "awaited_in",
     "called_in",
     "exception_text",
     "inspect_handler",
     "returned_awaitable",
+    "scoped",
     "stored_error",
 ]
 
 T = TypeVar("T")
+# The observers' scope around a handler's run (B3 spans), None for none.
+Scope = AbstractContextManager[object] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +122,11 @@ def returned_awaitable(spec: HandlerSpec, result: object) -> TypeError:
         f"handler {spec.name} returned a coroutine ({type(result).__name__}) instead of "
         "running; async handlers must be run by AsyncWorker"
     )
+
+
+def scoped(fn: Callable[[], T], scope: Scope) -> Callable[[], T]:
+    """``fn`` to be called inside ``scope`` (if any), on whatever thread runs it."""
+    return fn if scope is None else functools.partial(called_in, scope, fn)
 
 
 def called_in(scope: AbstractContextManager[object], fn: Callable[[], T]) -> T:
