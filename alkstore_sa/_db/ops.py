@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import Connection, Update
 
 from .._values.errors import AlkstoreError
-from .._values.job import Job, JobStatus, QueueStats, SweepResult
+from .._values.job import Job, JobStatus, QueueStats, SweepResult, decode_claimed, shown
 from .execute import fetch
 from .park import PARK_LIMIT, Parker
 from .sql import claim as claim_sql
@@ -189,7 +189,13 @@ def claim(
         # the caller, would sit processing until their claims lapsed.
         park(conn, address=address, parker=parker)
     # RETURNING jobs.*: the live columns in table order (pinned by a test).
-    jobs = [Job.from_live(row) for row in fetch(conn, address, stmt, params)]
+    jobs, undecodable = decode_claimed(fetch(conn, address, stmt, params))
+    for job_id, why in undecodable:
+        # Dead at once, by id: a row no caller can be handed must not take
+        # its batch down with it (the others run on this attempt) nor come
+        # back at the next claim.
+        bury = {"p_job_id": job_id, "p_worker_id": worker_id, "p_error": why}
+        fetch(conn, address, handle_sql.bury_undecodable(), bury)
     # UPDATE ... RETURNING has no order; hand jobs out in claim order (Q9).
     jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
     return jobs
@@ -305,7 +311,7 @@ def get_job(conn: Connection, *, address: QueueAddress, job_id: int) -> Job | No
     params = {"p_queue": address.queue, "p_job_id": job_id}
     rows = fetch(conn, address, queue_wide_sql.get_job(), params)
     # The live columns then died_at (pinned by a test).
-    return Job.from_live(rows[0][:-1], died_at=rows[0][-1]) if rows else None
+    return shown(rows[0][:-1], died_at=rows[0][-1]) if rows else None
 
 
 def record_outcomes(
@@ -350,7 +356,7 @@ def list_jobs(
     """O1: newest first by id; live and dead rows in ``get_job``'s row shape."""
     params = {"p_queue": address.queue, "p_status": status, "p_limit": limit, "p_before": before}
     rows = fetch(conn, address, queue_admin_sql.list_jobs(), params, custom_plan=True)
-    return [Job.from_live(row[:-1], died_at=row[-1]) for row in rows]
+    return [shown(row[:-1], died_at=row[-1]) for row in rows]
 
 
 def requeue_dead(

@@ -73,6 +73,7 @@ EXPECTED: dict[str, set[str]] = {
     },
     "enqueue.live_keys": {"p_queue", "p_unique_keys"},
     "handle.ack": {"p_job_id", "p_attempts"},
+    "handle.bury_undecodable": {"p_job_id", "p_worker_id", "p_error"},
     "handle.heartbeat": {"p_job_id", "p_attempts", "p_extend"},
     "handle.retry": {"p_job_id", "p_attempts", "p_delay", "p_error", "p_traceback"},
     "handle.fail": {"p_job_id", "p_attempts", "p_error", "p_traceback"},
