@@ -81,8 +81,7 @@ class Actions(DashboardBase):
     async def cancel(self, request: Request, form: FormData) -> str:
         name = queue_name(request)
         job_id = int_param(request.path_params["id"], "job id")
-        # Queue.cancel takes no session=: its own call, in the dashboard's timed transaction.
-        done = await self.runner.read(self.runner.queue_core(name).cancel(job_id))
+        done = await self.runner.act(name, lambda q, s: q.cancel(job_id, session=s))
         return f"cancelled job {job_id}" if done else f"job {job_id} was not pending or processing"
 
 
