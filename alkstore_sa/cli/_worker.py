@@ -11,6 +11,7 @@ from typing import Any
 from ..store import Store
 from ..tasks import Tasks
 from ..worker import AsyncWorker, Worker
+from ..worker._worker import check_schema, override_concurrency
 from ._db import CliError, Database, export_to_environment, open_engine
 from ._loader import call_factory, load_object
 from ._metrics import require_prometheus, serve_worker_http
@@ -40,7 +41,7 @@ def _accepts_concurrency(factory: Any) -> bool:
 def _with_concurrency(worker: Worker | AsyncWorker, concurrency: int) -> None:
     # A built worker is rebuilt by the worker module itself; a factory taking
     # `concurrency=` avoids even that: it is called with the value.
-    worker._override_concurrency(concurrency)
+    override_concurrency(worker, concurrency)
 
 
 def _from_tasks(tasks: Tasks[Any], concurrency: int | None) -> Worker | AsyncWorker:
@@ -84,7 +85,7 @@ def resolve_worker(spec: str, concurrency: int | None) -> Worker | AsyncWorker:
 def _preflight(database: Database, schema: str) -> None:
     """Fail fast, in one line, on the database the user's module will read from the env."""
     with open_engine(database) as engine, Store(engine, schema=schema) as store:
-        store.queue("preflight").get_job(1)  # a pure read: raises SchemaMissingError
+        check_schema(store)  # a pure read: raises SchemaMissingError
 
 
 def cmd_worker(args: argparse.Namespace, database: Database, schema: str) -> int:

@@ -1,4 +1,4 @@
-"""Must fail ``mypy --strict`` with exactly the errors marked ``# E:`` (tests/rules/test_t1_typing.py)."""
+"""Must fail ``mypy --strict`` with exactly the errors marked ``# E:`` (rules/test_t1_typing.py)."""
 
 from __future__ import annotations
 
