@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -52,6 +52,10 @@ PARAMS: dict[str, Any] = {
     "p_before": None,
     "p_limit": 5,
     "p_older_than": None,
+    "p_error_type": None,
+    "p_timeout": "5s",
+    "p_name": "render-schedule",
+    "p_slot": datetime(2026, 1, 1, tzinfo=UTC),
     "p_trace_context": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
 }
 

@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import JSONPATH
 from sqlalchemy.sql.expression import FromClause
 
 from ..._values.job import ERROR_HISTORY_LIMIT, LIVE_COLUMNS
-from ...schema import dead_jobs, jobs
+from ...schema import dead_jobs, jobs, paused_queues
 
 # Deadlines and due times are judged against the statement's own start time
 # ("Shape" in docs/semantics.md): the same for every row one statement
@@ -60,6 +60,16 @@ def clock() -> Select[Any]:
 def queue_param() -> ColumnElement[str]:
     """``:queue``, the queue a statement is about."""
     return bindparam("p_queue", type_=Text)
+
+
+def this_queue() -> ColumnElement[bool]:
+    """The job is in ``:queue``."""
+    return jobs.c.queue == queue_param()
+
+
+def not_paused() -> ColumnElement[bool]:
+    """O4: this queue has no row in ``paused_queues`` (uncorrelated: a one-time filter)."""
+    return ~(select(paused_queues.c.queue).where(paused_queues.c.queue == queue_param()).exists())
 
 
 def limit_param() -> ColumnElement[int]:

@@ -2,7 +2,7 @@
 pause, resume.  (Reads and moves by id for anyone are in ``queue_wide``.)
 
 None of these is on a worker's path except the pause, which the claim reads
-(``claim.not_paused``).  Each is one statement, so it sees one snapshot and,
+(``_common.not_paused``).  Each is one statement, so it sees one snapshot and,
 run on the store's own connection, is one transaction.
 
 Where a count or a listing could be read from the whole table, the

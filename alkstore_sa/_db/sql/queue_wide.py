@@ -31,7 +31,7 @@ from ._common import (
     move_to_dead,
     queue_param,
 )
-from .claim import bury_lapsed_exhausted
+from .lapsed import bury_lapsed_exhausted
 
 __all__ = [
     "EXPIRED_ERROR",
