@@ -2,7 +2,8 @@
 
 A job it retries with a delay is claimed when it comes due, not a
 ``poll_interval`` later: on the fake clock to the (virtual) millisecond,
-and against PostgreSQL within 50 ms (p50) of the ``run_at`` the retry set,
+and against PostgreSQL its handler starts within 50 ms (p50) of the
+``run_at`` the retry set,
 with a poll interval of 30 s that could not explain it.
 """
 
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from sqlalchemy import URL, Engine, text
+from sqlalchemy import URL
 
 from alkstore_sa import Job, RetryJob, Store
 from alkstore_sa.worker._supervisor import Supervisor
@@ -65,33 +67,20 @@ def test_v5_the_earliest_of_several_due_times_wins() -> None:
     _run(scenario())
 
 
-@pytest.fixture
-def starts(engine: Engine) -> Engine:
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "CREATE TABLE IF NOT EXISTS v5_starts "
-                "(job_id bigint, started timestamptz, due timestamptz)"
-            )
-        )
-        conn.execute(text("TRUNCATE v5_starts"))
-    return engine
-
-
 @pytest.mark.parametrize("kind", KINDS)
 def test_v5_a_retried_job_starts_within_50ms_of_its_run_at(
-    kind: str, database_url: URL, store: Store, starts: Engine
+    kind: str, database_url: URL, store: Store
 ) -> None:
     jobs = 6
+    lateness: list[float] = []
 
     def retry_then_record(job: Job) -> None:
+        # The handler's start against the run_at its retry set (the server is
+        # on this host: one clock); a claim before run_at would be negative.
+        late = (datetime.now(UTC) - job.run_at).total_seconds()
         if job.attempts == 1:
             raise RetryJob("later", delay=0.4)
-        with starts.begin() as conn:
-            conn.execute(
-                text("INSERT INTO v5_starts VALUES (:id, clock_timestamp(), :due)"),
-                {"id": job.id, "due": job.run_at},
-            )
+        lateness.append(late)
 
     ids = [store.queue("v5").enqueue(b"x") for _ in range(jobs)]
     running = start_worker(
@@ -105,11 +94,6 @@ def test_v5_a_retried_job_starts_within_50ms_of_its_run_at(
         wait_for(lambda: all(store.queue("v5").get_job(i) is None for i in ids), timeout=20)
     finally:
         running.stop()
-    with starts.connect() as conn:
-        lateness = [
-            float(row[0])
-            for row in conn.execute(text("SELECT extract(epoch FROM started - due) FROM v5_starts"))
-        ]
     assert len(lateness) == jobs
     assert min(lateness) >= 0  # never claimed before its run_at
     assert statistics.median(lateness) < 0.05, lateness
