@@ -17,8 +17,9 @@ from alkstore_sa.tasks import InvalidEnvelope, UnknownTaskError
 from alkstore_sa.tasks._codec import Signature, decode_envelope
 
 # Not errors of the library: a handler raises these to steer its job; the
-# CLI's own one-line failure never leaves ``alkstore``'s run().
-NOT_LIBRARY_ERRORS = {"FailJob", "RetryJob", "CliError"}
+# CLI's own one-line failure never leaves ``alkstore``'s run(), nor the
+# dashboard's HTTP refusal (web/_http.py) its app: it becomes a 4xx answer.
+NOT_LIBRARY_ERRORS = {"FailJob", "RetryJob", "CliError", "Refused"}
 
 
 def _modules() -> list[str]:
