@@ -41,6 +41,9 @@ CONTRACT_NAMES = {
     "AsyncTask",
     # P1
     "Periodic",
+    # X1: N worker processes under one supervisor, and its start failure.
+    "run_processes",
+    "WorkerStartError",
 }
 
 
