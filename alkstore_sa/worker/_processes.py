@@ -264,6 +264,12 @@ class ProcessSupervisor:
                 log.warning("worker process %d exited with %s at the stop", process.pid,
                             _describe(code))  # fmt: skip
             return
+        if slot.failure is None and not slot.ready and code is not None and code > 0:
+            # It exited before child_main could say why (an import failing as
+            # the spawned interpreter unpickles the factory): its traceback is
+            # on stderr already.
+            slot.failure = (f"worker process exited with code {code} before its worker "
+                            "started (its traceback is above)", code)  # fmt: skip
         if slot.failure is not None and not slot.ready:
             if slot.starts == 1:
                 self._fail(slot, *slot.failure)

@@ -99,13 +99,15 @@ def cli(url: URL, target: str, processes: int, *extra: str, **env: str) -> Super
     return Supervised([*argv, "--processes", str(processes), *extra], url, **env)
 
 
-def script(url: URL, factory: str, processes: int, **env: str) -> Supervised:
+def script(
+    url: URL, factory: str, processes: int, module: str = "tests.worker._x1_app", **env: str
+) -> Supervised:
     """``run_processes`` from a script (logging on, so the test sees the children start)."""
     code = (
         "import logging, sys\n"
         "logging.basicConfig(level=logging.INFO)\n"
         "from alkstore_sa import WorkerStartError, run_processes\n"
-        f"from tests.worker._x1_app import {factory}\n"
+        f"from {module} import {factory}\n"
         "try:\n"
         f"    run_processes({factory}, processes={processes})\n"
         "except WorkerStartError as exc:\n"

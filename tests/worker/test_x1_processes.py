@@ -183,3 +183,17 @@ def test_x1_the_same_worker_id_in_two_processes_is_refused(
     closing.append(sup)
     assert sup.proc.wait(60) == 3
     assert "two worker processes have the worker id 'same'" in sup.text()
+
+
+def test_x1_a_child_that_cannot_import_the_factory_is_a_start_failure(
+    database_url: URL, closing: list[Supervised]
+) -> None:
+    # Before child_main runs (the spawned interpreter unpickling the factory):
+    # no message from the child, but an exit code and a traceback -- not a restart.
+    sup = script(database_url, "make_worker", 2, module="tests.worker._x1_broken")
+    closing.append(sup)
+    assert sup.proc.wait(60) == 3
+    log = sup.text()
+    assert "refuses to import in a child process" in log  # the child's own traceback
+    assert "WorkerStartError 1: worker process exited with code 1 before its worker" in log
+    assert "restarting" not in log
