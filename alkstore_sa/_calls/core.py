@@ -71,7 +71,7 @@ class QueueCore:
                     which = "the payload" if len(data) == 1 else f"payload {i}"
                     raise ValueError(
                         f"{which} is {len(payload):,} bytes, more than queue {self.name!r} "
-                        f"takes (QueueOpts.max_payload_bytes={limit:,})"
+                        f"takes (QueueOpts.max_payload_bytes={limit:,}; None lifts the cap)"
                     )
         if opts is None:
             stamps = self._plain_stamps
