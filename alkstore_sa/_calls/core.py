@@ -25,6 +25,8 @@ from .._values.errors import HandleSpentError
 from .._values.job import JOB_STATUSES, Job, JobStatus, QueueStats, SweepResult
 from .._values.opts import EnqueueOpts, QueueOpts
 from .._values.stamps import Stamps, as_interval, backoff_delay, resolve_stamps
+from .._values.validate import MAX_LIST as MAX_LIST  # re-exported: the web app reads it
+from .._values.validate import MAX_REQUEUE as MAX_REQUEUE
 
 T = TypeVar("T")
 Call = Callable[[Connection], T]
@@ -288,9 +290,7 @@ def _keys_for(data: list[bytes], opts: EnqueueOpts | None, unique_keys: object) 
     return keys
 
 
-# O1 and O2 bound what one call reads or moves.
-MAX_LIST = 1000
-MAX_REQUEUE = 10_000
+# O1 and O2 bound what one call reads or moves (MAX_LIST, MAX_REQUEUE: _values.validate).
 
 
 def _bounded(value: object, what: str, high: int) -> int:

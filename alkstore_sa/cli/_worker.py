@@ -8,7 +8,7 @@ import inspect
 import logging
 from typing import Any
 
-from ..store import Store
+from ..store import Store, queue_parts, run_call
 from ..tasks import Tasks
 from ..worker import AsyncWorker, Worker
 from ._db import CliError, Database, export_to_environment, open_engine
@@ -35,12 +35,6 @@ def _accepts_concurrency(factory: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == "concurrency" or p.kind is p.VAR_KEYWORD for p in params)
-
-
-def _with_concurrency(worker: Worker | AsyncWorker, concurrency: int) -> None:
-    # A built worker is rebuilt by the worker module itself; a factory taking
-    # `concurrency=` avoids even that: it is called with the value.
-    worker._override_concurrency(concurrency)
 
 
 def _from_tasks(tasks: Tasks[Any], concurrency: int | None) -> Worker | AsyncWorker:
@@ -77,14 +71,17 @@ def resolve_worker(spec: str, concurrency: int | None) -> Worker | AsyncWorker:
             return made
         obj = made
     if concurrency is not None:
-        _with_concurrency(obj, concurrency)
+        # A built worker is rebuilt by the worker module itself; a factory taking
+        # `concurrency=` avoids even that: it is called with the value.
+        obj.override_concurrency(concurrency)
     return obj
 
 
 def _preflight(database: Database, schema: str) -> None:
     """Fail fast, in one line, on the database the user's module will read from the env."""
     with open_engine(database) as engine, Store(engine, schema=schema) as store:
-        store.queue("preflight").get_job(1)  # a pure read: raises SchemaMissingError
+        _, core = queue_parts(store.queue("preflight"))
+        run_call(store, core.check_schema())  # B5's probe: raises SchemaMissingError
 
 
 def cmd_worker(args: argparse.Namespace, database: Database, schema: str) -> int:

@@ -25,6 +25,7 @@ from ..tasks._dispatch import handlers_for
 from ..tasks._periodic import Periodic
 from ._async_backend import AsyncBackend
 from ._handlers import HandlerSpec, inspect_handler
+from ._registry import Registry
 from ._state import Settings, WorkerHealth
 from ._supervisor import Supervisor
 from ._sync_backend import SyncBackend
@@ -154,7 +155,7 @@ class _Base:
         ``running`` is False).  ``health().healthy`` is what ``/healthz`` serves."""
         return self._supervisor.health()
 
-    def _override_concurrency(self, concurrency: int) -> None:
+    def override_concurrency(self, concurrency: int) -> None:
         """For ``alkstore worker --concurrency``: change it on a worker built elsewhere.
 
         Only before ``run()``: the supervisor is rebuilt with the new settings.
@@ -258,7 +259,8 @@ class Worker(_Base):
         db_threads = min(16, 2 + 2 * len(self._queues))
         backend = SyncBackend(threads, db_threads)
         bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
-        asyncio.run(self._supervisor.run(bindings, backend, self._periodic))
+        registry = Registry.of(self.worker_id, self._settings.concurrency, self.queues)
+        asyncio.run(self._supervisor.run(bindings, backend, self._periodic, registry))
 
 
 class AsyncWorker(_Base):
@@ -321,4 +323,5 @@ class AsyncWorker(_Base):
         sync_queues = sum(1 for _, spec in self._queues if not spec.is_async)
         backend = AsyncBackend(self._settings.concurrency * sync_queues)
         bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
-        await self._supervisor.run(bindings, backend, self._periodic)
+        registry = Registry.of(self.worker_id, self._settings.concurrency, self.queues)
+        await self._supervisor.run(bindings, backend, self._periodic, registry)
