@@ -12,7 +12,6 @@ SQL, never a job that can only fail.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import json
 import math
@@ -21,6 +20,8 @@ import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from ._typecheck import is_model
 
 __all__ = [
     "ENVELOPE_VERSION",
@@ -37,21 +38,9 @@ class InvalidEnvelope(ValueError):
     """A payload that is not a version-1 task envelope."""
 
 
-def _pydantic_model() -> type | None:
-    """pydantic's ``BaseModel`` when pydantic is importable (it is never required)."""
-    # By name, not an import statement: the package type-checks (mypy --strict)
-    # where pydantic is not installed.
-    try:
-        module = importlib.import_module("pydantic")
-    except ImportError:
-        return None
-    base: type = module.BaseModel
-    return base
-
-
 def _is_model(tp: object) -> bool:
-    base = _pydantic_model()
-    return base is not None and isinstance(tp, type) and issubclass(tp, base)
+    # pydantic is never imported for this (V3): see _typecheck.is_model.
+    return is_model(tp)
 
 
 def _is_dataclass_type(tp: object) -> bool:
