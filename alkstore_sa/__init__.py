@@ -19,6 +19,7 @@ if _typing.TYPE_CHECKING:
         RetryJob,
         SchemaMissingError,
         StoreClosedError,
+        WorkerStartError,
     )
     from ._values.job import Job, JobError, QueueStats, SweepResult
     from ._values.opts import EnqueueOpts, QueueOpts
@@ -26,7 +27,7 @@ if _typing.TYPE_CHECKING:
     from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
     from .store import JobHandle, Queue, Store
     from .tasks import AsyncTask, Periodic, Task, Tasks
-    from .worker import AsyncWorker, Worker, WorkerHealth
+    from .worker import AsyncWorker, Worker, WorkerHealth, run_processes
 
 # Where each public name lives, relative to this package.
 _HOMES = {
@@ -40,6 +41,7 @@ _HOMES = {
             "RetryJob",
             "SchemaMissingError",
             "StoreClosedError",
+            "WorkerStartError",
         ],
         "._values.errors",
     ),
@@ -49,7 +51,7 @@ _HOMES = {
     **dict.fromkeys(["AsyncJobHandle", "AsyncQueue", "AsyncStore"], ".aio"),
     **dict.fromkeys(["JobHandle", "Queue", "Store"], ".store"),
     **dict.fromkeys(["AsyncTask", "Periodic", "Task", "Tasks"], ".tasks"),
-    **dict.fromkeys(["AsyncWorker", "Worker", "WorkerHealth"], ".worker"),
+    **dict.fromkeys(["AsyncWorker", "Worker", "WorkerHealth", "run_processes"], ".worker"),
 }
 
 __all__ = [
@@ -80,7 +82,9 @@ __all__ = [
     "Worker",
     "WorkerHealth",
     "WorkerInfo",
+    "WorkerStartError",
     "migrate",
+    "run_processes",
 ]
 
 __version__ = "0.1.0"

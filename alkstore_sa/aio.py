@@ -20,8 +20,11 @@ from sqlalchemy.orm import Session
 from ._calls import core as _core
 from ._calls import workers as _workers
 from ._calls.core import Call, HandleCore, QueueCore
-from ._calls.faces import HandleFace, QueueFace
-from ._db import connect as _connect
+from ._calls.faces import HandleFace, Lifecycle, QueueFace
+from ._db.engines import check_engine, owned_engine_args
+from ._db.keepalives import asyncpg_keepalives
+from ._db.owned import in_autocommit, own_connection
+from ._db.sqlstate import schema_errors
 from ._values.job import Job, JobStatus, QueueStats, SweepResult
 from ._values.opts import EnqueueOpts, QueueOpts
 from ._values.workers import WorkerInfo
@@ -38,8 +41,8 @@ class AsyncStore:
     ``postgresql+asyncpg``, D1) and one schema."""
 
     def __init__(self, engine: AsyncEngine, *, schema: str = DEFAULT_SCHEMA) -> None:
-        _connect.check_engine(engine, AsyncEngine, "AsyncStore")
-        self._life = _connect.Lifecycle(schema)
+        check_engine(engine, AsyncEngine, "AsyncStore")
+        self._life = Lifecycle(schema)
         self.engine = engine
         self._owns_engine = False
 
@@ -48,10 +51,10 @@ class AsyncStore:
         cls, url: str | URL, *, schema: str = DEFAULT_SCHEMA, **engine_kw: Any
     ) -> AsyncStore:
         """A store that owns its engine (disposed on ``close()``)."""
-        parsed, kw = _connect.owned_engine_args(url, engine_kw)
+        parsed, kw = owned_engine_args(url, engine_kw)
         engine = create_async_engine(parsed, **kw)
         if engine.dialect.driver == "asyncpg":  # its keepalives are socket options
-            _connect.asyncpg_keepalives(engine)
+            asyncpg_keepalives(engine)
         store = cls(engine, schema=schema)
         store._owns_engine = True
         return store
@@ -101,15 +104,15 @@ class AsyncStore:
         self, call: Call[T], session: AsyncSessionLike | None = None, *, atomic: bool = False
     ) -> T:
         self._life.check_open()
-        with _connect.schema_errors(self.schema):
+        with schema_errors(self.schema):
             if session is None:
                 # The store's own connection: one that answered read-only
                 # is invalidated, not pooled again (25006, a failover).
                 if atomic:
                     async with self.engine.begin() as conn:
-                        return await conn.run_sync(_connect.own_connection(call))
+                        return await conn.run_sync(own_connection(call))
                 async with self.engine.connect() as conn:
-                    own = _connect.own_connection(_connect.in_autocommit(call))
+                    own = own_connection(in_autocommit(call))
                     return await conn.run_sync(own)
             if isinstance(session, AsyncSession):
                 return await session.run_sync(_on_session, call)
@@ -152,12 +155,19 @@ class AsyncQueue(QueueFace[AsyncStore]):
         self._life.check_open()
         return await self._store._run(self._core.enqueue_many(payloads, opts, unique_keys), session)
 
-    async def claim_one(self, worker_id: str) -> AsyncJobHandle | None:
-        handles = await self.claim_batch(worker_id, 1)
+    async def claim_one(
+        self, worker_id: str, *, session: AsyncSessionLike | None = None
+    ) -> AsyncJobHandle | None:
+        handles = await self.claim_batch(worker_id, 1, session=session)
         return handles[0] if handles else None
 
     async def claim_batch(
-        self, worker_id: str, n: int, *, max_batch_payload_bytes: int | None = None
+        self,
+        worker_id: str,
+        n: int,
+        *,
+        max_batch_payload_bytes: int | None = None,
+        session: AsyncSessionLike | None = None,
     ) -> list[AsyncJobHandle]:
         """Up to ``n`` jobs in claim order; ``max_batch_payload_bytes``: stop once
         their payloads add up to that many bytes (one job is always taken)."""
@@ -165,27 +175,30 @@ class AsyncQueue(QueueFace[AsyncStore]):
         call = self._core.claim(worker_id, n, max_batch_payload_bytes)
         if call is None:
             return []
-        jobs = await self._store._run(call)
+        jobs = await self._store._run(call, session)
         return [
             AsyncJobHandle(self._store, self._life, HandleCore(self._core, job)) for job in jobs
         ]
 
-    async def ack_batch(self, job_ids: Iterable[int]) -> int:
+    async def ack_batch(
+        self, job_ids: Iterable[int], *, session: AsyncSessionLike | None = None
+    ) -> int:
         self._life.check_open()
         call = self._core.ack_batch(job_ids)
-        return 0 if call is None else await self._store._run(call)
+        return 0 if call is None else await self._store._run(call, session)
 
-    async def cancel(self, job_id: int) -> bool:
+    async def cancel(self, job_id: int, *, session: AsyncSessionLike | None = None) -> bool:
         self._life.check_open()
-        return await self._store._run(self._core.cancel(job_id))
+        return await self._store._run(self._core.cancel(job_id), session)
 
     async def get_job(self, job_id: int) -> Job | None:
         self._life.check_open()
         return await self._store._run(self._core.get_job(job_id))
 
-    async def sweep_expired(self) -> SweepResult:
+    async def sweep_expired(self, *, session: AsyncSessionLike | None = None) -> SweepResult:
+        """Q25; with ``session``, in the caller's transaction, else in one of its own."""
         self._life.check_open()
-        return await self._store._run(self._core.sweep_expired(), atomic=True)
+        return await self._store._run(self._core.sweep_expired(), session, atomic=True)
 
     async def jobs(
         self, status: JobStatus | None = None, *, limit: int = 100, before: int | None = None
@@ -237,18 +250,28 @@ class AsyncJobHandle(HandleFace[AsyncStore]):
         self._life.check_open()
         return await self._store._run(self._core.ack(), session)
 
-    async def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
+    async def retry(
+        self,
+        error: str | None = None,
+        delay: float | timedelta | None = None,
+        *,
+        session: AsyncSessionLike | None = None,
+    ) -> bool:
         self._life.check_open()
-        return await self._store._run(self._core.retry(error, delay)) is not None
+        return await self._store._run(self._core.retry(error, delay), session) is not None
 
-    async def fail(self, error: str | None = None) -> bool:
+    async def fail(
+        self, error: str | None = None, *, session: AsyncSessionLike | None = None
+    ) -> bool:
         self._life.check_open()
-        return await self._store._run(self._core.fail(error))
+        return await self._store._run(self._core.fail(error), session)
 
-    async def heartbeat(self, extend: float | timedelta) -> bool:
+    async def heartbeat(
+        self, extend: float | timedelta, *, session: AsyncSessionLike | None = None
+    ) -> bool:
         self._life.check_open()
         call = self._core.heartbeat(extend)
-        return False if call is None else await self._store._run(call)
+        return False if call is None else await self._store._run(call, session)
 
 
 # -- for the worker's backend: the store's own way of running an operation -----

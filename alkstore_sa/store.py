@@ -17,8 +17,10 @@ from sqlalchemy.orm import Session
 from ._calls import core as _core
 from ._calls import workers as _workers
 from ._calls.core import Call, HandleCore, QueueCore
-from ._calls.faces import HandleFace, QueueFace
-from ._db import connect as _connect
+from ._calls.faces import HandleFace, Lifecycle, QueueFace
+from ._db.engines import check_engine, owned_engine_args
+from ._db.owned import in_autocommit, own_connection
+from ._db.sqlstate import schema_errors
 from ._values.job import Job, JobStatus, QueueStats, SweepResult
 from ._values.opts import EnqueueOpts, QueueOpts
 from ._values.workers import WorkerInfo
@@ -34,15 +36,15 @@ class Store:
     """A job store over a ``postgresql+psycopg`` engine and one schema."""
 
     def __init__(self, engine: Engine, *, schema: str = DEFAULT_SCHEMA) -> None:
-        _connect.check_engine(engine, Engine, "Store")
-        self._life = _connect.Lifecycle(schema)
+        check_engine(engine, Engine, "Store")
+        self._life = Lifecycle(schema)
         self.engine = engine
         self._owns_engine = False
 
     @classmethod
     def from_url(cls, url: str | URL, *, schema: str = DEFAULT_SCHEMA, **engine_kw: Any) -> Store:
         """A store that owns its engine (disposed on ``close()``)."""
-        parsed, kw = _connect.owned_engine_args(url, engine_kw)
+        parsed, kw = owned_engine_args(url, engine_kw)
         store = cls(create_engine(parsed, **kw), schema=schema)
         store._owns_engine = True
         return store
@@ -90,15 +92,15 @@ class Store:
 
     def _run(self, call: Call[T], session: SyncSession | None = None, *, atomic: bool = False) -> T:
         self._life.check_open()
-        with _connect.schema_errors(self.schema):
+        with schema_errors(self.schema):
             if session is None:
                 # The store's own connection: one that answered read-only
                 # is invalidated, not pooled again (25006, a failover).
                 if atomic:
                     with self.engine.begin() as conn:
-                        return _connect.own_connection(call)(conn)
+                        return own_connection(call)(conn)
                 with self.engine.connect() as conn:
-                    return _connect.own_connection(_connect.in_autocommit(call))(conn)
+                    return own_connection(in_autocommit(call))(conn)
             if isinstance(session, Session):
                 return call(session.connection())
             if isinstance(session, Connection):
@@ -131,12 +133,17 @@ class Queue(QueueFace[Store]):
         self._life.check_open()
         return self._store._run(self._core.enqueue_many(payloads, opts, unique_keys), session)
 
-    def claim_one(self, worker_id: str) -> JobHandle | None:
-        handles = self.claim_batch(worker_id, 1)
+    def claim_one(self, worker_id: str, *, session: SyncSession | None = None) -> JobHandle | None:
+        handles = self.claim_batch(worker_id, 1, session=session)
         return handles[0] if handles else None
 
     def claim_batch(
-        self, worker_id: str, n: int, *, max_batch_payload_bytes: int | None = None
+        self,
+        worker_id: str,
+        n: int,
+        *,
+        max_batch_payload_bytes: int | None = None,
+        session: SyncSession | None = None,
     ) -> list[JobHandle]:
         """Up to ``n`` jobs in claim order; ``max_batch_payload_bytes``: stop once
         their payloads add up to that many bytes (one job is always taken)."""
@@ -146,25 +153,26 @@ class Queue(QueueFace[Store]):
             return []
         return [
             JobHandle(self._store, self._life, HandleCore(self._core, job))
-            for job in self._store._run(call)
+            for job in self._store._run(call, session)
         ]
 
-    def ack_batch(self, job_ids: Iterable[int]) -> int:
+    def ack_batch(self, job_ids: Iterable[int], *, session: SyncSession | None = None) -> int:
         self._life.check_open()
         call = self._core.ack_batch(job_ids)
-        return 0 if call is None else self._store._run(call)
+        return 0 if call is None else self._store._run(call, session)
 
-    def cancel(self, job_id: int) -> bool:
+    def cancel(self, job_id: int, *, session: SyncSession | None = None) -> bool:
         self._life.check_open()
-        return self._store._run(self._core.cancel(job_id))
+        return self._store._run(self._core.cancel(job_id), session)
 
     def get_job(self, job_id: int) -> Job | None:
         self._life.check_open()
         return self._store._run(self._core.get_job(job_id))
 
-    def sweep_expired(self) -> SweepResult:
+    def sweep_expired(self, *, session: SyncSession | None = None) -> SweepResult:
+        """Q25; with ``session``, in the caller's transaction, else in one of its own."""
         self._life.check_open()
-        return self._store._run(self._core.sweep_expired(), atomic=True)
+        return self._store._run(self._core.sweep_expired(), session, atomic=True)
 
     def jobs(
         self, status: JobStatus | None = None, *, limit: int = 100, before: int | None = None
@@ -216,18 +224,24 @@ class JobHandle(HandleFace[Store]):
         self._life.check_open()
         return self._store._run(self._core.ack(), session)
 
-    def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
+    def retry(
+        self,
+        error: str | None = None,
+        delay: float | timedelta | None = None,
+        *,
+        session: SyncSession | None = None,
+    ) -> bool:
         self._life.check_open()
-        return self._store._run(self._core.retry(error, delay)) is not None
+        return self._store._run(self._core.retry(error, delay), session) is not None
 
-    def fail(self, error: str | None = None) -> bool:
+    def fail(self, error: str | None = None, *, session: SyncSession | None = None) -> bool:
         self._life.check_open()
-        return self._store._run(self._core.fail(error))
+        return self._store._run(self._core.fail(error), session)
 
-    def heartbeat(self, extend: float | timedelta) -> bool:
+    def heartbeat(self, extend: float | timedelta, *, session: SyncSession | None = None) -> bool:
         self._life.check_open()
         call = self._core.heartbeat(extend)
-        return False if call is None else self._store._run(call)
+        return False if call is None else self._store._run(call, session)
 
 
 # -- for the worker's backend: the store's own way of running an operation -----

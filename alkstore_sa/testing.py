@@ -17,11 +17,13 @@ worker runs it).  ``enqueued(queue)`` likewise: a list, or a coroutine for
 an ``AsyncQueue``.
 
 The outcomes follow the worker's rules exactly, through the worker's own
-code: a handler that returns is acked; ``FailJob`` dead-letters; ``RetryJob``
-and any other exception retry on the queue's curve (or the asked delay),
-the last attempt dead-lettering instead (``worker._executor.failure_of``
-and the handle's retry); a session-scoped handler's writes commit with its
-ack (the worker backends' own session call, Q28).
+code: its executor runs each job and its settler records the outcome (only
+without the ack batching): a handler that returns is acked; ``FailJob``
+dead-letters; ``RetryJob`` and any other exception retry on the queue's
+curve (or the asked delay), the last attempt dead-lettering instead; a
+session-scoped handler's writes commit with its ack (Q28).  A sync target's
+handlers run in the calling thread (in a thread of their own when
+``run_due`` is called from a running event loop's thread).
 
 "Until no job is due" includes jobs the handlers enqueue, and retries that
 are due at once: ``RetryJob(delay=0)``, or a first retry on the default
@@ -37,31 +39,43 @@ claimed with ``claim_batch(worker_id, 1)`` under the worker id
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, overload
 
-from ._calls.core import HandleCore, QueueCore
+from ._db.ops import Released
 from ._values.job import Job
 from .aio import AsyncQueue, AsyncStore
-from .aio import queue_parts as async_queue_parts
-from .aio import run_call as async_run_call
-from .store import Queue, Store, queue_parts, run_call
+from .store import Queue, Store
 from .tasks import Tasks
 from .tasks._dispatch import handlers_for
 from .worker import AsyncWorker, Worker
-from .worker._async_backend import _session_call as async_session_call
-from .worker._executor import failure_of
-from .worker._handlers import HandlerSpec, inspect_handler, returned_awaitable
-from .worker._outcomes import traceback_text
-from .worker._sync_backend import _session_call as sync_session_call
+from .worker._completer import Settler
+from .worker._executor import Executor
+from .worker._handlers import HandlerSpec, inspect_handler
+from .worker._heartbeats import Heartbeats
+from .worker._outcomes import Outcome
+from .worker._state import QueueState, RunState, Settings, Slot
+from .worker._store_port import StoreBackend
+from .worker._worker import handled
 
 __all__ = ["WORKER_ID", "RunReport", "enqueued", "run_due"]
 
 WORKER_ID = "alkstore-testing"
 # enqueued() pages through pending jobs this many at a time (jobs()' maximum).
 _PAGE = 1000
+# The worker settings run_due runs the executor with: one job at a time, no timeout.
+_SETTINGS = Settings(
+    worker_id=WORKER_ID,
+    concurrency=1,
+    poll_interval=1.0,
+    shutdown_timeout=0.0,
+    job_timeout=None,
+    sweep_interval=None,
+    vacuum_interval=None,
+    handle_signals=False,
+)
 
 
 @dataclass(frozen=True)
@@ -125,7 +139,7 @@ def run_due(
     if isinstance(target, AsyncQueue | AsyncWorker) or (
         isinstance(target, Tasks) and target.is_async
     ):
-        return _run_async(pairs, limit)
+        return _run(pairs, limit)
     return _run_sync(pairs, limit)
 
 
@@ -144,7 +158,7 @@ def _pairs(target: object, handler: Callable[..., Any] | None) -> list[tuple[Any
     if isinstance(target, Worker | AsyncWorker):
         if handler is not None:
             raise TypeError("run_due: a worker brings its own handlers; do not pass handler=")
-        return list(target._queues)
+        return handled(target)
     if isinstance(target, Queue | AsyncQueue):
         if handler is None:
             raise TypeError(f"run_due: queue {target.name!r} needs handler=")
@@ -168,6 +182,8 @@ def _pairs(target: object, handler: Callable[..., Any] | None) -> list[tuple[Any
 
 
 class _Tally:
+    """The report of one ``run_due``: where its settled outcomes go (``Reports``)."""
+
     def __init__(self, limit: int | None) -> None:
         self.report = RunReport()
         self._left = limit
@@ -179,109 +195,75 @@ class _Tally:
         if self._left is not None:
             self._left -= 1
 
-    def record(self, job_id: int, outcome: str | None, exc: BaseException | None) -> None:
-        if exc is not None:
-            self.report.errors[job_id] = exc
-        {
-            "acked": self.report.acked,
-            "retried": self.report.retried,
-            "dead": self.report.dead,
-        }.get(outcome or "lost", self.report.lost).append(job_id)
+    def _error(self, slot: Slot, outcome: Outcome | None) -> None:
+        if outcome is not None and outcome.exc is not None:
+            self.report.errors[slot.job.id] = outcome.exc
+
+    def acked(self, qs: QueueState, slot: Slot, *, by_session: bool = False) -> None:
+        self.report.acked.append(slot.job.id)
+
+    def retried(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None:
+        self._error(slot, outcome)
+        self.report.retried.append(slot.job.id)
+
+    def dead(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None:
+        self._error(slot, outcome)
+        self.report.dead.append(slot.job.id)
+
+    def lost(self, qs: QueueState, slot: Slot, why: str, outcome: Outcome | None = None) -> None:
+        self._error(slot, outcome)
+        self.report.lost.append(slot.job.id)
+
+    def released(self, qs: QueueState, slot: Slot, result: Released | None) -> None:
+        self.report.lost.append(slot.job.id)  # never here: run_due has no shutdown
 
 
 def _run_sync(pairs: list[tuple[Any, HandlerSpec]], limit: int | None) -> RunReport:
-    tally = _Tally(limit)
-    ran_any = True
-    while ran_any and tally.more():  # passes over the queues until none had a due job
-        ran_any = False
-        for queue, spec in pairs:
-            store, core = queue_parts(queue)
-            while tally.more():
-                call = core.claim(WORKER_ID, 1)
-                jobs = [] if call is None else run_call(store, call)
-                if not jobs:
-                    break
-                ran_any = True
-                tally.ran()
-                _run_one_sync(store, core, spec, jobs[0], tally)
-    return tally.report
-
-
-def _run_one_sync(
-    store: Store, core: QueueCore, spec: HandlerSpec, job: Job, tally: _Tally
-) -> None:
-    handle = HandleCore(core, job)
+    """``_run`` on a loop of its own in this thread: its calls and handlers run inline."""
     try:
-        if spec.wants_session:
-            acked = sync_session_call(store, spec, handle)
-        else:
-            result = spec.fn(job)
-            if inspect.isawaitable(result):
-                raise returned_awaitable(spec, result)
-            acked = run_call(store, handle.ack())
-    except Exception as exc:
-        # A session handler whose ack landed but whose commit failed spent the
-        # handle; the claim is the same one (as the executor does it).
-        handle = HandleCore(core, job) if handle.spent else handle
-        failed = failure_of(core.opts, job, exc)
-        trace = traceback_text(exc)
-        if failed.dead:
-            done = run_call(store, handle.fail(failed.error, traceback=trace))
-            tally.record(job.id, "dead" if done else None, exc)
-        else:
-            outcome = run_call(store, handle.retry(failed.error, failed.delay, traceback=trace))
-            tally.record(job.id, outcome, exc)
-        return
-    tally.record(job.id, "acked" if acked else None, None)
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _on_new_loop(pairs, limit)
+    # Called from a coroutine: this thread's loop is busy, so a thread of its own.
+    with ThreadPoolExecutor(1, thread_name_prefix="alkstore-run-due") as pool:
+        return pool.submit(_on_new_loop, pairs, limit).result()
 
 
-async def _run_async(pairs: list[tuple[Any, HandlerSpec]], limit: int | None) -> RunReport:
-    tally = _Tally(limit)
-    ran_any = True
-    while ran_any and tally.more():
-        ran_any = False
-        for queue, spec in pairs:
-            store, core = async_queue_parts(queue)
-            while tally.more():
-                call = core.claim(WORKER_ID, 1)
-                jobs = [] if call is None else await async_run_call(store, call)
-                if not jobs:
-                    break
-                ran_any = True
-                tally.ran()
-                await _run_one_async(store, core, spec, jobs[0], tally)
-    return tally.report
-
-
-async def _run_one_async(
-    store: AsyncStore, core: QueueCore, spec: HandlerSpec, job: Job, tally: _Tally
-) -> None:
-    handle = HandleCore(core, job)
+def _on_new_loop(pairs: list[tuple[Any, HandlerSpec]], limit: int | None) -> RunReport:
+    # Not asyncio.run: the caller's current event loop, if it set one, stays.
+    loop = asyncio.new_event_loop()
     try:
-        if spec.wants_session:
-            acked = await async_session_call(store, spec, handle)
-        else:
-            if spec.is_async:
-                result = await spec.fn(job)
-            else:  # as the AsyncWorker runs a plain sync handler: in a thread
-                result = await asyncio.to_thread(spec.fn, job)
-                if inspect.isawaitable(result):
-                    await result
-            acked = await async_run_call(store, handle.ack())
-    except Exception as exc:
-        handle = HandleCore(core, job) if handle.spent else handle
-        failed = failure_of(core.opts, job, exc)
-        trace = traceback_text(exc)
-        if failed.dead:
-            done = await async_run_call(store, handle.fail(failed.error, traceback=trace))
-            tally.record(job.id, "dead" if done else None, exc)
-        else:
-            outcome = await async_run_call(
-                store, handle.retry(failed.error, failed.delay, traceback=trace)
-            )
-            tally.record(job.id, outcome, exc)
-        return
-    tally.record(job.id, "acked" if acked else None, None)
+        return loop.run_until_complete(_run(pairs, limit))
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+async def _run(pairs: list[tuple[Any, HandlerSpec]], limit: int | None) -> RunReport:
+    """The worker's own executor and settler, one claim of one job at a time."""
+    tally = _Tally(limit)
+    backend = StoreBackend(1, 1, inline=True)
+    try:
+        queues = [QueueState(backend.bind(queue, spec)) for queue, spec in pairs]
+        run = RunState(_SETTINGS, queues, asyncio.get_running_loop())
+        executor = Executor(run, Heartbeats(run), Settler(run, tally))
+        ran_any = True
+        while ran_any and tally.more():  # passes over the queues until none had a due job
+            ran_any = False
+            for qs in queues:
+                while tally.more():
+                    jobs = await qs.port.claim(WORKER_ID, 1)
+                    if not jobs:
+                        break
+                    ran_any = True
+                    tally.ran()
+                    executor.start(qs, jobs[0])
+                    task = qs.held[(jobs[0].id, jobs[0].attempts)].task
+                    assert task is not None  # started at once: the one slot was free
+                    await task
+    finally:
+        backend.close()
+    return tally.report
 
 
 @overload

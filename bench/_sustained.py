@@ -36,7 +36,7 @@ from typing import Any
 from sqlalchemy import create_engine
 
 from alkstore_sa import Job, QueueOpts, Store
-from alkstore_sa.worker import Worker, _sync_backend
+from alkstore_sa.worker import Worker, _store_port
 
 from ._db import Database
 from ._progress import say
@@ -88,7 +88,7 @@ def _pct(values: list[float], q: float) -> float:
 
 def _timed_claims(window: _Window) -> Callable[[], None]:
     """Time the Worker's claim calls (bench instrumentation); returns the undo."""
-    original = _sync_backend.SyncQueuePort.claim
+    original = _store_port.StorePort.claim
 
     @functools.wraps(original)
     async def claim(self: Any, worker_id: str, n: int) -> list[Job]:
@@ -101,10 +101,10 @@ def _timed_claims(window: _Window) -> Callable[[], None]:
             with window.lock:
                 window.claims.append(took)
 
-    _sync_backend.SyncQueuePort.claim = claim  # type: ignore[method-assign]
+    _store_port.StorePort.claim = claim  # type: ignore[method-assign]
 
     def undo() -> None:
-        _sync_backend.SyncQueuePort.claim = original  # type: ignore[method-assign]
+        _store_port.StorePort.claim = original  # type: ignore[method-assign]
 
     return undo
 

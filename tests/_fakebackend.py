@@ -23,7 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from alkstore_sa import Job, QueueOpts, SchemaMissingError, SweepResult
-from alkstore_sa._calls.core import HandleCore, QueueCore
+from alkstore_sa._calls.core import QueueCore
 from alkstore_sa._db.ops import Released, Retried, Vacuumed
 from alkstore_sa.worker._handlers import awaited_in, inspect_handler
 from alkstore_sa.worker._port import ClaimKey, QueuePort
@@ -216,18 +216,16 @@ class FakePort:
         return self.db.extend(claims)
 
     async def retry(
-        self, handle: HandleCore, error: str | None, delay: float, traceback: str | None
+        self, claim: ClaimKey, error: str | None, delay: float, traceback: str | None
     ) -> Retried | None:
-        job = handle.job
-        exhausted = job.attempts >= job.max_attempts
-        if not self.db.settle(
-            "fail" if exhausted else "retry", (job.id, job.attempts), error, delay
-        ):
+        row = self.db.held(claim)
+        exhausted = row is not None and row.job.attempts >= row.job.max_attempts
+        if not self.db.settle("fail" if exhausted else "retry", claim, error, delay):
             return None
         return "dead" if exhausted else "retried"
 
-    async def fail(self, handle: HandleCore, error: str | None, traceback: str | None) -> bool:
-        return self.db.settle("fail", (handle.job.id, handle.job.attempts), error, None)
+    async def fail(self, claim: ClaimKey, error: str | None, traceback: str | None) -> bool:
+        return self.db.settle("fail", claim, error, None)
 
     async def release(self, claim: ClaimKey) -> Released | None:
         return "released" if self.db.settle("release", claim, None, None) else None
@@ -257,9 +255,9 @@ class FakePort:
             raise SchemaMissingError("no alkstore tables (fake)")
 
     def start(
-        self, handle: HandleCore, scope: AbstractContextManager[object] | None
+        self, job: Job, scope: AbstractContextManager[object] | None
     ) -> asyncio.Future[object]:
-        run = self._handler(handle.job)
+        run = self._handler(job)
         task = asyncio.ensure_future(run if scope is None else awaited_in(scope, run))
         return asyncio.shield(task) if self._like_a_thread else task
 

@@ -182,6 +182,37 @@ class QueueCore:
         """
         return partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
 
+    def ack_claim(self, job_id: int, attempts: int) -> Call[bool]:
+        """Ack one held claim (a session handler's ack, Q28); False when it was gone."""
+        return partial(_ops.ack, address=self.address, job_id=job_id, attempts=attempts)
+
+    def retry_claim(
+        self, job_id: int, attempts: int, error: str | None, delay: float, traceback: str | None
+    ) -> Call[_ops.Retried | None]:
+        """Q17/Q18 for a held claim, ``delay`` seconds (already checked) from now."""
+        return partial(
+            _ops.retry,
+            address=self.address,
+            job_id=job_id,
+            attempts=attempts,
+            delay=as_interval(delay),
+            error=error,
+            traceback=traceback,
+        )
+
+    def fail_claim(
+        self, job_id: int, attempts: int, error: str | None, traceback: str | None
+    ) -> Call[bool]:
+        """Q19 for a held claim; False when it was gone."""
+        return partial(
+            _ops.fail,
+            address=self.address,
+            job_id=job_id,
+            attempts=attempts,
+            error=error,
+            traceback=traceback,
+        )
+
     def record_outcomes(self, acked: int, retried: int, dead: int) -> Call[None]:
         """W2: add a worker's tallies to this queue's per-minute throughput counts."""
         return partial(
@@ -317,9 +348,9 @@ def queue_names(schema: str) -> Call[list[str]]:
     return partial(_ops.queue_names, address=StoreAddress(schema))
 
 
-def store_stats(schema: str) -> Call[dict[str, QueueStats]]:
-    """O6: every such queue's stats, in one snapshot."""
-    return partial(_ops.store_stats, address=StoreAddress(schema))
+def store_stats(schema: str, *, recent: bool = False) -> Call[dict[str, QueueStats]]:
+    """O6: every such queue's stats, in one snapshot (``recent``: V2's listing too)."""
+    return partial(_ops.store_stats, address=StoreAddress(schema), recent=recent)
 
 
 class HandleCore:
@@ -368,7 +399,7 @@ class HandleCore:
 
     def ack(self) -> Call[bool]:
         self._check_unspent()
-        return self._consuming(partial(_ops.ack, **self._identity()))
+        return self._consuming(self.queue.ack_claim(self.job.id, self.job.attempts))
 
     def retry(
         self, error: object, delay: object, *, traceback: str | None = None
@@ -383,22 +414,16 @@ class HandleCore:
         else:
             seconds = v.duration(delay, "delay", allow_zero=True)
         self._check_unspent()
+        job = self.job
         return self._consuming(
-            partial(
-                _ops.retry,
-                **self._identity(),
-                delay=as_interval(seconds),
-                error=text,
-                traceback=traceback,
-            )
+            self.queue.retry_claim(job.id, job.attempts, text, seconds, traceback)
         )
 
     def fail(self, error: object, *, traceback: str | None = None) -> Call[bool]:
         text = v.error_text(error)
         self._check_unspent()
-        return self._consuming(
-            partial(_ops.fail, **self._identity(), error=text, traceback=traceback)
-        )
+        job = self.job
+        return self._consuming(self.queue.fail_claim(job.id, job.attempts, text, traceback))
 
     def heartbeat(self, extend: object) -> Call[bool] | None:
         """``None`` when spent: the face returns ``False`` without SQL (Q20)."""

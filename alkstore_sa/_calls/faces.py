@@ -1,4 +1,4 @@
-"""What the sync and async faces share, written once: properties, repr, the open check.
+"""What the sync and async faces share, written once: the open/closed state, properties, repr.
 
 ``Queue``/``AsyncQueue`` and ``JobHandle``/``AsyncJobHandle`` differ only in
 how they run an operation (directly, or awaited); everything that does no
@@ -9,14 +9,39 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from .._db.connect import Lifecycle
+from .._values import validate as v
+from .._values.errors import StoreClosedError
 from .._values.job import Job
 from .._values.opts import QueueOpts
 from .core import HandleCore, QueueCore
 
-__all__ = ["HandleFace", "QueueFace"]
+__all__ = ["HandleFace", "Lifecycle", "QueueFace"]
 
 S = TypeVar("S")
+
+
+class Lifecycle:
+    """The open/closed state every store face shares (Q29)."""
+
+    __slots__ = ("_closed", "schema")
+
+    def __init__(self, schema: object) -> None:
+        self.schema = v.schema_name(schema)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+
+    def close(self) -> bool:
+        """Mark closed; ``True`` the first time only."""
+        first = not self._closed
+        self._closed = True
+        return first
 
 
 class QueueFace(Generic[S]):

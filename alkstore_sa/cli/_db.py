@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from sqlalchemy import URL, Engine, create_engine
 from sqlalchemy.exc import DBAPIError
 
-from .._db.connect import keepalive_connect_args
+from .._db.keepalives import keepalive_connect_args
 from .._db.url import ENV_VAR, describe_connect_error, normalize_url, require_psycopg
 from .._values.validate import DEFAULT_SCHEMA
 from ._errors import SCHEMA_VAR, CliError

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from sqlalchemy.exc import DBAPIError
 
 from .._values.errors import AlkstoreError, InvalidNameError, SchemaMissingError
+from .._values.text import printable
 from .._values.validate import DEFAULT_SCHEMA
 from ._db import CliError, Database, resolve_schema, resolve_url
 
@@ -94,13 +95,14 @@ def dispatch(args: argparse.Namespace) -> int:
         )
         return 1
     except InvalidNameError as exc:
-        print(f"alkstore: {exc}", file=sys.stderr)
+        print(f"alkstore: {printable(str(exc))}", file=sys.stderr)
         return 2
     except AlkstoreError as exc:  # e.g. migrate refusing tables another Alembic env installed
-        print(f"alkstore: {exc}", file=sys.stderr)
+        print(f"alkstore: {printable(str(exc))}", file=sys.stderr)
         return 1
     except DBAPIError as exc:  # the server went away mid-command, a permission, ...
-        print(f"alkstore: database error: {_first_line(exc)}", file=sys.stderr)
+        # The server's text may quote a row's values: escaped like any shown text.
+        print(f"alkstore: database error: {printable(_first_line(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

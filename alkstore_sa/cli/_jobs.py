@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import cast
 
 from .._values.job import Job, JobStatus
+from .._values.text import printable
 from ..store import Store
 from ..tasks._codec import InvalidEnvelope, decode_envelope
 from ._app import load_app, opts_for, warn_undeclared
@@ -53,8 +54,8 @@ def _when(value: datetime | None) -> str:
 def _error(text: str | None, width: int = 60) -> str:
     if not text:
         return ""
-    one_line = " ".join(text.split())
-    return one_line if len(one_line) <= width else one_line[: width - 3] + "..."
+    one_line = " ".join(text.split())  # escaped after the cut: never cut in half
+    return printable(one_line if len(one_line) <= width else one_line[: width - 3] + "...")
 
 
 def _jobs_table(found: list[Job]) -> str:

@@ -17,6 +17,7 @@ from datetime import datetime
 
 from .._values.job import QueueStats
 from .._values.opts import QueueOpts
+from .._values.text import printable
 from .._values.validate import MAX_REQUEUE
 from ..store import Store
 from ._app import App, load_app, opts_for, warn_undeclared
@@ -81,7 +82,7 @@ def _stats_table(stats: Mapping[str, QueueStats], schema: str) -> str:
     for name, s in stats.items():
         oldest = _age(s.oldest_due_age) if s.due else "-"
         counts = (s.due, s.scheduled, s.processing, s.lapsed, s.expired, s.dead)
-        rows.append([name, *map(str, counts), oldest, "yes" if s.paused else "no"])
+        rows.append([printable(name), *map(str, counts), oldest, "yes" if s.paused else "no"])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:

@@ -56,6 +56,12 @@ def add_run_commands(
         "--concurrency", type=a.positive_int, help="handler slots (overrides the worker's own)"
     )
     p.add_argument(
+        "--processes",
+        type=a.positive_int,
+        metavar="N",
+        help="run N worker processes under one supervisor (X1), each its own worker; uses N cores",
+    )
+    p.add_argument(
         "--metrics-port",
         type=a.port,
         metavar="PORT",
@@ -105,6 +111,11 @@ def add_run_commands(
     )
     _listen(p, "TCP port (default 8000; 0: any)", default=8000)
     p.add_argument("--read-only", action="store_true", help="show no action; refuse every POST")
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve a non-loopback --host with no login (anyone who reaches it may act)",
+    )
 
     p = sub.add_parser(
         "demo",

@@ -8,9 +8,10 @@ import inspect
 import logging
 from typing import Any
 
-from ..store import Store, queue_parts, run_call
+from ..store import Store
 from ..tasks import Tasks
 from ..worker import AsyncWorker, Worker
+from ..worker._worker import check_schema, override_concurrency
 from ._db import CliError, Database, export_to_environment, open_engine
 from ._loader import call_factory, load_object
 from ._metrics import require_prometheus, serve_worker_http
@@ -35,6 +36,12 @@ def _accepts_concurrency(factory: Any) -> bool:
     except (TypeError, ValueError):
         return False
     return any(p.name == "concurrency" or p.kind is p.VAR_KEYWORD for p in params)
+
+
+def _with_concurrency(worker: Worker | AsyncWorker, concurrency: int) -> None:
+    # A built worker is rebuilt by the worker module itself; a factory taking
+    # `concurrency=` avoids even that: it is called with the value.
+    override_concurrency(worker, concurrency)
 
 
 def _from_tasks(tasks: Tasks[Any], concurrency: int | None) -> Worker | AsyncWorker:
@@ -71,17 +78,14 @@ def resolve_worker(spec: str, concurrency: int | None) -> Worker | AsyncWorker:
             return made
         obj = made
     if concurrency is not None:
-        # A built worker is rebuilt by the worker module itself; a factory taking
-        # `concurrency=` avoids even that: it is called with the value.
-        obj.override_concurrency(concurrency)
+        _with_concurrency(obj, concurrency)
     return obj
 
 
 def _preflight(database: Database, schema: str) -> None:
     """Fail fast, in one line, on the database the user's module will read from the env."""
     with open_engine(database) as engine, Store(engine, schema=schema) as store:
-        _, core = queue_parts(store.queue("preflight"))
-        run_call(store, core.check_schema())  # B5's probe: raises SchemaMissingError
+        check_schema(store)  # a pure read: raises SchemaMissingError
 
 
 def cmd_worker(args: argparse.Namespace, database: Database, schema: str) -> int:
@@ -90,6 +94,10 @@ def cmd_worker(args: argparse.Namespace, database: Database, schema: str) -> int
         require_prometheus("--metrics-port")  # before anything is imported or bound
     _preflight(database, schema)
     export_to_environment(database, schema)
+    if getattr(args, "processes", None) is not None:  # X1: each child resolves the target
+        from ._processes import cmd_worker_processes
+
+        return cmd_worker_processes(args, database, schema)
     worker = resolve_worker(args.target, args.concurrency)
     with serve_worker_http(args, database, schema, worker):
         log.info("running %s; SIGTERM or Ctrl-C stops it gracefully", args.target)

@@ -13,9 +13,8 @@ from .._values.errors import InvalidNameError
 from .._values.validate import schema_name
 from ..schema import DEFAULT_SCHEMA
 
-__all__ = ["BRANCH", "VERSION_TABLE", "migration_schema"]
+__all__ = ["VERSION_TABLE", "migration_schema"]
 
-BRANCH = "alkstore"
 VERSION_TABLE = "alkstore_alembic_version"
 
 

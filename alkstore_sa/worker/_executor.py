@@ -1,6 +1,8 @@
-"""The executor: runs a claimed job's handler and records its outcome (Q27, Q28).
+"""The executor: runs a claimed job's handler and says how it ended (Q27, Q28).
 
-What happens to a job, by how its handler ended:
+It never calls the database: how the handler ended becomes an ``Outcome``
+(``outcome_of`` for one that raised) that the completer settles.  What
+happens to a job, by how its handler ended:
 
 - returned: acked through the completer (batched); a session-scoped
   handler's session already acked it in its own transaction (Q28);
@@ -14,9 +16,9 @@ What happens to a job, by how its handler ended:
   thread cannot be stopped);
 - its claim was lost meanwhile (a heartbeat found it gone): not acked.
 
-An outcome the database refuses (the claim lapsed) or cannot record (the
-database is away) is reported lost; the claim then lapses and the job runs
-again (at least once).  ``_outcomes`` words and counts each outcome (B1).
+``_completer`` records each outcome (an outcome the database refuses or
+cannot record is reported lost: the claim lapses and the job runs again);
+``_outcomes`` words and counts it (B1).
 """
 
 from __future__ import annotations
@@ -25,40 +27,35 @@ import asyncio
 import contextlib
 import inspect
 import logging
-from collections.abc import Awaitable, Iterator
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from typing import TypeVar
 
-from .._calls.core import HandleCore
 from .._values import validate as v
-from .._values.errors import FailJob, HandleSpentError, RetryJob
+from .._values.errors import FailJob, RetryJob
 from .._values.job import Job
 from .._values.opts import QueueOpts
 from .._values.stamps import backoff_delay
-from ._completer import Completer
+from ._bounded import bounded, cut
+from ._completer import Settler
 from ._handlers import exception_text, stored_error
 from ._heartbeats import Heartbeats
-from ._outcomes import Reporter, traceback_text
+from ._outcomes import Outcome
 from ._state import QueueState, RunState, Slot
 
-R = TypeVar("R")
-
-__all__ = ["Executor", "Failure", "consume_outcome", "failure_of"]
+__all__ = ["Executor", "consume_outcome", "outcome_of"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
 
 class Executor:
-    def __init__(self, run: RunState, heartbeats: Heartbeats, completer: Completer) -> None:
+    def __init__(self, run: RunState, heartbeats: Heartbeats, completer: Settler) -> None:
         self._run = run
         self._heartbeats = heartbeats
         self._completer = completer
-        self._report = Reporter(run)
 
     def start(self, qs: QueueState, job: Job) -> None:
         """Hold a claimed job: start its handler in a free slot, else queue it in ``ready``."""
-        slot = Slot(job, HandleCore(qs.binding.core, job))
+        slot = Slot(job)
         qs.held[slot.key] = slot
         self._heartbeats.track(slot)  # a job waiting in ready keeps its claim too
         if qs.busy < self._run.settings.concurrency and not qs.ready:
@@ -73,7 +70,7 @@ class Executor:
             slot = qs.ready.popleft()
             if slot.lost:  # a heartbeat found its claim gone while it waited
                 qs.held.pop(slot.key, None)
-                self._report.lost(qs, slot, "before its handler started; not run")
+                self._completer.reports.lost(qs, slot, "before its handler started; not run")
                 continue
             self._launch(qs, slot)
 
@@ -90,7 +87,7 @@ class Executor:
         qs.busy += 1
         # The handler starts now, not on the task's first step: one loop pass sooner.
         try:
-            fut = qs.port.start(slot.handle, self._scope(job))
+            fut = qs.port.start(job, self._scope(job))
         except Exception as exc:  # e.g. calling an async handler raised: an outcome like any
             fut = loop.create_future()
             fut.set_exception(exc)
@@ -147,77 +144,38 @@ class Executor:
             self._run.progress.set()
 
     async def _execute(self, qs: QueueState, slot: Slot) -> None:
-        if not await self._wait(qs, slot):
-            await self._timed_out(qs, slot)
-            return
-        assert slot.ran_for is not None
-        qs.ran(slot.ran_for, self._run.settings.concurrency)
-        self._free(qs, slot)
+        if await self._wait(qs, slot):
+            assert slot.ran_for is not None
+            qs.ran(slot.ran_for, self._run.settings.concurrency)
+            self._free(qs, slot)
+            outcome = self._ended(qs, slot)
+        else:
+            outcome = self._timed_out(qs, slot)
+        slot.finishing = True
+        try:
+            await self._completer.settle(qs, slot, outcome)
+        finally:
+            qs.held.pop(slot.key, None)
+
+    def _ended(self, qs: QueueState, slot: Slot) -> Outcome:
+        """How the handler that returned or raised ended, as an outcome to settle."""
         fut = slot.fut
         assert fut is not None
         try:
             exc = fut.exception()
         except asyncio.CancelledError as cancelled:
             exc = cancelled
-        slot.finishing = True
-        try:
-            if exc is None:
-                await self._returned(qs, slot, fut.result())
-            else:
-                await self._raised(qs, slot, exc)
-        finally:
-            qs.held.pop(slot.key, None)
-
-    async def _returned(self, qs: QueueState, slot: Slot, result: object) -> None:
+        if exc is not None:
+            return outcome_of(qs.binding.core.opts, slot.job, exc)
         if qs.binding.handler.wants_session:
-            if result is True:
-                self._report.acked(qs, slot, by_session=True)
-            else:
-                self._report.lost(qs, slot, "before the ack; the handler's writes rolled back")
-            return
+            if fut.result() is True:
+                return ACKED_BY_SESSION
+            return Outcome("lost", why="before the ack; the handler's writes rolled back")
         if slot.lost:
-            self._report.lost(qs, slot, "while the handler ran; not acked")
-            return
-        if await self._completer.ack(qs, slot.key):
-            self._report.acked(qs, slot)
-        else:
-            self._report.lost(qs, slot, "before the ack")
+            return Outcome("lost", why="while the handler ran; not acked")
+        return ACKED
 
-    async def _raised(self, qs: QueueState, slot: Slot, exc: BaseException) -> None:
-        # A session handler that raised after its ack reached the database
-        # (e.g. the commit failed) spent the handle; the claim is the same.
-        handle = HandleCore(qs.binding.core, slot.job) if slot.handle.spent else slot.handle
-        trace = traceback_text(exc)
-        failed = failure_of(qs.binding.core.opts, slot.job, exc)
-        if failed.dead:
-            if await self._record(qs, slot, "fail", qs.port.fail(handle, failed.error, trace)):
-                self._report.dead(qs, slot, failed.error, exc)
-            return
-        await self._retry(qs, slot, handle, failed.error, failed.delay, exc, trace)
-
-    async def _retry(
-        self,
-        qs: QueueState,
-        slot: Slot,
-        handle: HandleCore,
-        text: str | None,
-        delay: float,
-        exc: BaseException | None,
-        trace: str | None,
-        *,
-        timed_out: bool = False,
-    ) -> None:
-        outcome = await self._record(qs, slot, "retry", qs.port.retry(handle, text, delay, trace))
-        if outcome == "retried":
-            self._report.retried(qs, slot, text, delay, exc, timed_out=timed_out)
-        elif outcome == "dead":
-            self._report.dead(qs, slot, text, exc, timed_out=timed_out)
-
-    def _delay(self, qs: QueueState, job: Job, asked: float | None) -> float:
-        """The retry's delay: the handler's, else the queue's curve (Q17), known here to log it."""
-        return backoff_delay(qs.binding.core.opts, job.attempts) if asked is None else asked
-
-    async def _timed_out(self, qs: QueueState, slot: Slot) -> None:
+    def _timed_out(self, qs: QueueState, slot: Slot) -> Outcome:
         """A handler past ``job_timeout`` failed like an exception (Q27)."""
         slot.finishing = True
         fut = slot.fut
@@ -225,15 +183,12 @@ class Executor:
         timeout = self._run.settings.job_timeout
         assert timeout is not None
         slot.ran_for = timeout
-        text = f"job timed out after {timeout:g} s"
         if isinstance(fut, asyncio.Task):
             fut.cancel()
         self._watch_stuck(qs, slot, timeout)
-        try:
-            delay = self._delay(qs, slot.job, None)
-            await self._retry(qs, slot, slot.handle, text, delay, None, None, timed_out=True)
-        finally:
-            qs.held.pop(slot.key, None)
+        delay = backoff_delay(qs.binding.core.opts, slot.job.attempts)
+        text = f"job timed out after {timeout:g} s"
+        return Outcome("retry", text, delay, timed_out=True)
 
     def _watch_stuck(self, qs: QueueState, slot: Slot, timeout: float) -> None:
         """B5: a handler still running past ``job_timeout`` is stuck until it returns.
@@ -272,29 +227,6 @@ class Executor:
 
         fut.add_done_callback(handler_returned)
 
-    async def _record(
-        self, qs: QueueState, slot: Slot, what: str, outcome: Awaitable[R]
-    ) -> R | None:
-        """The outcome's result; None (reported lost) when it could not be recorded."""
-        try:
-            result = await outcome
-        except HandleSpentError:
-            # The handler's session ack already used the handle (its commit then failed).
-            self._report.lost(
-                qs, slot, f"{what} skipped, the handler's session ack spent the handle"
-            )
-            return None
-        except Exception as exc:
-            # The claim lapses and the job is handed out again (at least once).
-            self._run.db_failed()
-            self._report.lost(qs, slot, f"recording the {what} failed: {exc}")
-            return None
-        self._run.db_ok()
-        if not result:
-            self._report.lost(qs, slot, f"{what} refused, the claim was already gone")
-            return None
-        return result
-
 
 @contextlib.contextmanager
 def _nested(scopes: list[AbstractContextManager[object]]) -> Iterator[None]:
@@ -305,29 +237,24 @@ def _nested(scopes: list[AbstractContextManager[object]]) -> Iterator[None]:
         yield
 
 
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """What a handler's exception asks for: dead-lettered now (``FailJob``), or a
-    retry after ``delay`` seconds (which the database turns into a dead letter
-    when it was the last attempt, Q18)."""
-
-    dead: bool
-    error: str | None
-    delay: float
+ACKED = Outcome("acked")
+ACKED_BY_SESSION = Outcome("acked", by_session=True)
 
 
-def failure_of(opts: QueueOpts, job: Job, exc: BaseException) -> Failure:
-    """The rule for a handler that raised (Q27), in one place: the worker's
-    executor and ``alkstore_sa.testing.run_due`` both apply it."""
+def outcome_of(opts: QueueOpts, job: Job, exc: BaseException) -> Outcome:
+    """The rule for a handler that raised (Q27), in one place: ``FailJob``
+    dead-letters now; ``RetryJob`` retries after its delay (the curve when it
+    gave none or an invalid one); anything else retries on the curve."""
+    trace = bounded(exc)
     if isinstance(exc, FailJob):
-        return Failure(True, stored_error(exc.error), 0.0)
+        return Outcome("dead", stored_error(exc.error), exc=exc, trace=trace)
     if isinstance(exc, RetryJob):
         asked = _retry_delay(job, exc.delay)
         text = stored_error(exc.error)
     else:
         asked, text = None, exception_text(exc)
     delay = backoff_delay(opts, job.attempts) if asked is None else asked
-    return Failure(False, text, delay)
+    return Outcome("retry", text, delay, exc=exc, trace=trace)
 
 
 def _retry_delay(job: Job, delay: object) -> float | None:
@@ -337,7 +264,9 @@ def _retry_delay(job: Job, delay: object) -> float | None:
     try:
         return v.duration(delay, "delay", allow_zero=True)
     except (TypeError, ValueError) as bad:
-        log.warning("job %d: RetryJob delay %r refused (%s); using the curve", job.id, delay, bad)
+        log.warning(
+            "job %d: RetryJob delay %s refused (%s); using the curve", job.id, cut(repr(delay)), bad
+        )
         return None
 
 

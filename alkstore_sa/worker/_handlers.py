@@ -14,21 +14,23 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .._values.validate import stored_text
+
 __all__ = [
     "HandlerSpec",
+    "Scope",
     "awaited_in",
     "called_in",
     "exception_text",
     "inspect_handler",
     "returned_awaitable",
+    "scoped",
     "stored_error",
 ]
 
 T = TypeVar("T")
-
-# PostgreSQL text cannot hold NUL, and a huge traceback-sized message helps
-# nobody in a table column: keep the first 8000 characters.
-MAX_ERROR_CHARS = 8000
+# The observers' scope around a handler's run (B3 spans), None for none.
+Scope = AbstractContextManager[object] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,12 +94,11 @@ def stored_error(error: object) -> str | None:
 
     Unlike the handle methods' ``error`` argument, which must be a string, a
     handler may raise with any object: it is stored as its ``str()``, NULs
-    dropped, cut to ``MAX_ERROR_CHARS``.
+    dropped, lone surrogates escaped, cut to ``validate.MAX_ERROR_CHARS``.
     """
     if error is None:
         return None
-    text = error if isinstance(error, str) else str(error)
-    return text.replace("\x00", "")[:MAX_ERROR_CHARS]
+    return stored_text(error if isinstance(error, str) else str(error))
 
 
 def exception_text(exc: BaseException) -> str:
@@ -121,6 +122,11 @@ def returned_awaitable(spec: HandlerSpec, result: object) -> TypeError:
         f"handler {spec.name} returned a coroutine ({type(result).__name__}) instead of "
         "running; async handlers must be run by AsyncWorker"
     )
+
+
+def scoped(fn: Callable[[], T], scope: Scope) -> Callable[[], T]:
+    """``fn`` to be called inside ``scope`` (if any), on whatever thread runs it."""
+    return fn if scope is None else functools.partial(called_in, scope, fn)
 
 
 def called_in(scope: AbstractContextManager[object], fn: Callable[[], T]) -> T:

@@ -1,69 +1,119 @@
-"""How a worker tells what became of each job: one log record (B1) and the observers (B3, B4).
+"""What became of a job: the outcome value, and its report (B1 log record, B3/B4 observers).
 
-Every handler run ends in exactly one report here, so the log, the metrics
-and the spans agree on it:
+The executor maps how a handler ended to an ``Outcome`` (``acked``,
+``retry``, ``dead``, ``released``, ``lost``); the completer settles it in
+the database and reports what it came to, exactly once per handler run, so
+the log, the metrics and the spans agree on it:
 
 - ``acked``: DEBUG;
-- ``retried``: WARNING, with the error and the delay;
+- ``retried``: WARNING, with the error and when the job is due again;
 - ``dead``: ERROR, with the word "dead-lettered" and why;
 - ``lost``: WARNING (the claim lapsed, or the outcome could not be
   recorded: the job is handed out again, or buried if it had no attempt
-  left, Q12).
+  left, Q12);
+- ``released`` (at shutdown): WARNING for a running job, DEBUG for one
+  claimed ahead and never started.
 
 The handler's traceback is attached (``exc_info``) to retry and dead-letter
 records caused by an exception, not to a deliberate ``RetryJob`` or
-``FailJob``.  Every record carries ``alkstore_queue``, ``alkstore_job_id``,
-``alkstore_attempt``, ``alkstore_max_attempts`` and ``alkstore_outcome`` as
-``extra`` fields for structured log handlers.
+``FailJob``.  Messages and tracebacks are each cut to 8,000 characters
+(V4, ``_bounded``).  Every record carries ``alkstore_queue``,
+``alkstore_job_id``, ``alkstore_attempt``, ``alkstore_max_attempts`` and
+``alkstore_outcome`` as ``extra`` fields for structured log handlers.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import traceback as tb
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
 
-from .._extras.instrument import Outcome, notify
+from .._db.ops import Released
+from .._extras.instrument import Outcome as Reported
+from .._extras.instrument import notify
 from .._values.errors import FailJob, RetryJob
 from .._values.job import Job
-from ._handlers import MAX_ERROR_CHARS
+from ._bounded import MAX_CHARS, Trace, cut
 from ._state import QueueState, RunState, Slot
 
-__all__ = ["Reporter", "traceback_text"]
+__all__ = ["Outcome", "Reporter", "Reports"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
+# Room in a record for the words around an error, so the whole message fits.
+_ERROR_CHARS = MAX_CHARS - 500
 
-def traceback_text(exc: BaseException | None) -> str | None:
-    """The handler's traceback for the error history (B2): its last MAX_ERROR_CHARS."""
-    if exc is None:
-        return None
-    text = "".join(tb.format_exception(exc)).replace("\x00", "")
-    return text[-MAX_ERROR_CHARS:]
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a handler run ended, as the completer settles it.
+
+    ``acked`` (``by_session``: its session acked it already, Q28), ``retry``
+    after ``delay`` seconds (dead-lettered by the database on the last
+    attempt, Q18), ``dead`` now (``FailJob``, Q19), ``released`` (given back
+    at shutdown), ``lost`` (nothing to record: ``why``).
+    """
+
+    kind: Literal["acked", "retry", "dead", "released", "lost"]
+    error: str | None = None
+    delay: float = 0.0
+    exc: BaseException | None = None  # what the handler raised, if it raised
+    trace: Trace | None = None  # its traceback, bounded (B2, V4)
+    timed_out: bool = False
+    by_session: bool = False
+    why: str = ""
+
+
+class Reports(Protocol):
+    """Where settled outcomes go: the worker's ``Reporter``, or ``testing``'s tally."""
+
+    def acked(self, qs: QueueState, slot: Slot, *, by_session: bool = False) -> None: ...
+
+    def retried(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None: ...
+
+    def dead(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None: ...
+
+    def lost(
+        self, qs: QueueState, slot: Slot, why: str, outcome: Outcome | None = None
+    ) -> None: ...
+
+    def released(self, qs: QueueState, slot: Slot, result: Released | None) -> None: ...
 
 
 def _deliberate(exc: BaseException | None) -> bool:
     return isinstance(exc, RetryJob | FailJob)
 
 
-def _ending(exc: BaseException | None, timed_out: bool) -> str:
+def _ending(outcome: Outcome) -> str:
     """How an attempt that did not succeed ended, in the words of a log record."""
-    if timed_out:
+    if outcome.timed_out:
         return "timed out"
-    if isinstance(exc, RetryJob):
+    if isinstance(outcome.exc, RetryJob):
         return "asked to be retried"
-    return f"raised {type(exc).__name__}"
+    return f"raised {type(outcome.exc).__name__}"
 
 
-def _extra(job: Job, queue: str, outcome: Outcome) -> dict[str, Any]:
-    return {
+def _cut_error(error: str | None) -> str | None:
+    return None if error is None else cut(error, _ERROR_CHARS)
+
+
+def _exc_info(outcome: Outcome) -> Any:
+    if _deliberate(outcome.exc) or outcome.trace is None:
+        return None
+    return outcome.trace.exc_info
+
+
+def _extra(job: Job, queue: str, outcome: Reported | None) -> dict[str, Any]:
+    extra: dict[str, Any] = {
         "alkstore_queue": queue,
         "alkstore_job_id": job.id,
         "alkstore_attempt": job.attempts,
         "alkstore_max_attempts": job.max_attempts,
-        "alkstore_outcome": outcome,
     }
+    if outcome is not None:
+        extra["alkstore_outcome"] = outcome
+    return extra
 
 
 class Reporter:
@@ -72,7 +122,7 @@ class Reporter:
     def __init__(self, run: RunState) -> None:
         self._run = run
 
-    def _notify(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None:
+    def _notify(self, qs: QueueState, slot: Slot, outcome: Reported) -> None:
         for observer in self._run.observers:
             finished = functools.partial(
                 observer.finished, qs.name, slot.job, outcome, slot.ran_for
@@ -102,47 +152,33 @@ class Reporter:
         if self._run.observers:  # the hot path: one check when none are installed
             self._notify(qs, slot, "acked")
 
-    def retried(
-        self,
-        qs: QueueState,
-        slot: Slot,
-        error: str | None,
-        delay: float,
-        exc: BaseException | None,
-        *,
-        timed_out: bool = False,
-    ) -> None:
+    def retried(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None:
         job = slot.job
         self._tally(qs, 1)
+        # "retrying in Ns": the job is claimable N seconds after the retry,
+        # and this worker's timer claims it then (V5), not a poll later.
         log.warning(
             "job %d on %s %s (attempt %d/%d); retrying in %gs: %s",
             job.id,
             qs.name,
-            _ending(exc, timed_out),
+            _ending(outcome),
             job.attempts,
             job.max_attempts,
-            delay,
-            error,
-            exc_info=None if _deliberate(exc) else exc,
+            outcome.delay,
+            _cut_error(outcome.error),
+            exc_info=_exc_info(outcome),
             extra=_extra(job, qs.name, "retried"),
         )
         self._notify(qs, slot, "retried")
 
-    def dead(
-        self,
-        qs: QueueState,
-        slot: Slot,
-        error: str | None,
-        exc: BaseException | None,
-        *,
-        timed_out: bool = False,
-    ) -> None:
+    def dead(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None:
         job = slot.job
         self._tally(qs, 2)
-        if isinstance(exc, FailJob):
+        error = _cut_error(outcome.error)
+        if isinstance(outcome.exc, FailJob):
             why = "failed by its handler" + ("" if error is None else f": {error}")
         else:
-            why = f"max attempts exceeded; its last attempt {_ending(exc, timed_out)}: {error}"
+            why = f"max attempts exceeded; its last attempt {_ending(outcome)}: {error}"
         log.error(
             "job %d on %s dead-lettered after attempt %d/%d: %s",
             job.id,
@@ -150,12 +186,12 @@ class Reporter:
             job.attempts,
             job.max_attempts,
             why,
-            exc_info=None if _deliberate(exc) else exc,
+            exc_info=_exc_info(outcome),
             extra=_extra(job, qs.name, "dead"),
         )
         self._notify(qs, slot, "dead")
 
-    def lost(self, qs: QueueState, slot: Slot, why: str) -> None:
+    def lost(self, qs: QueueState, slot: Slot, why: str, outcome: Outcome | None = None) -> None:
         job = slot.job
         log.warning(
             "job %d on %s (attempt %d/%d): claim lost: %s",
@@ -163,7 +199,40 @@ class Reporter:
             qs.name,
             job.attempts,
             job.max_attempts,
-            why,
+            cut(why, _ERROR_CHARS),
             extra=_extra(job, qs.name, "lost"),
         )
         self._notify(qs, slot, "lost")
+
+    def released(self, qs: QueueState, slot: Slot, result: Released | None) -> None:
+        """A job given back at shutdown (Q27): pending again, or dead on its last attempt."""
+        job = slot.job
+        extra = _extra(job, qs.name, None)
+        if result == "released" and not slot.started:
+            log.debug(
+                "job %d on %s: claimed ahead, not started at shutdown; released",
+                job.id,
+                qs.name,
+                extra=extra,
+            )
+        elif result == "released":
+            log.warning(
+                "job %d on %s (attempt %d/%d): still running at shutdown; "
+                "released for other workers",
+                job.id,
+                qs.name,
+                job.attempts,
+                job.max_attempts,
+                extra=extra,
+            )
+        elif result == "dead":
+            log.error(
+                "job %d on %s dead-lettered after attempt %d/%d: max attempts exceeded; "
+                "it was %s at shutdown",
+                job.id,
+                qs.name,
+                job.attempts,
+                job.max_attempts,
+                "still running" if slot.started else "claimed on its last attempt, not started",
+                extra=extra,
+            )

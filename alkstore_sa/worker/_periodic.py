@@ -2,8 +2,9 @@
 
 It sleeps until the earliest next slot of its schedules, then asks the
 database to fire each schedule whose slot came (``Periodic.fire_call``):
-one short transaction per due schedule, that advances the schedule's row
-and enqueues its job together.  Time is the database's: each firing reads
+one short transaction per due schedule, through the port of the schedule's
+queue, that advances the schedule's row and enqueues its job together.
+Time is the database's: each firing reads
 the statement clock, and the local clock only decides when to wake (its
 offset from the database's is learned at every firing, so a host whose
 clock is off wakes at the database's slot, not its own).  Any number of
@@ -20,8 +21,8 @@ import logging
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from ..aio import AsyncQueue
-from ..tasks._periodic import Fired, Periodic
+from ..tasks._periodic import Periodic
+from ._port import FiringPort
 from ._state import RunState, reraise_if_cancelled
 
 __all__ = ["Scheduler"]
@@ -35,9 +36,10 @@ _NEVER = datetime.min.replace(tzinfo=UTC)
 
 
 class Scheduler:
-    def __init__(self, run: RunState, schedules: Sequence[Periodic]) -> None:
+    def __init__(self, run: RunState, schedules: Sequence[tuple[Periodic, FiringPort]]) -> None:
         self._run = run
-        self._schedules = list(schedules)
+        self._ports = {schedule.name: port for schedule, port in schedules}
+        self._schedules = [schedule for schedule, _ in schedules]
         self._tried: dict[str, datetime] = {}  # the slot each schedule last fired or found fired
         self._offset = timedelta(0)  # database clock - this host's clock
 
@@ -79,13 +81,8 @@ class Scheduler:
         return max(wait, MIN_WAIT)
 
     async def _fire(self, schedule: Periodic) -> bool:
-        call = schedule.fire_call()
-        queue = schedule.queue
         try:
-            if isinstance(queue, AsyncQueue):
-                fired: Fired = await queue.store._run(call, atomic=True)
-            else:
-                fired = await asyncio.to_thread(queue.store._run, call, atomic=True)
+            fired = await self._ports[schedule.name].fire(schedule)
         except Exception as exc:
             reraise_if_cancelled(exc)
             self._run.db_failed()

@@ -4,10 +4,13 @@ The runtime (producer, executor, heartbeats, supervisor) never sees a
 store, a connection or a SQL call.  Everything it asks of the database, and
 how a handler is started, goes through the ``QueuePort`` of the queue
 concerned; the run's ``Backend`` owns what the ports share (threads, held
-connections) and is closed when the run ends.  ``_backend.py`` has the real
-ports over ``Store`` and ``AsyncStore``; the tests have an in-memory one
-driven by a virtual clock, so the runtime's timing is tested in
+connections) and is closed when the run ends.  ``_store_port.py`` has the
+one real port, over a ``Store`` or an ``AsyncStore`` through a runner
+(``_sync_runner.py``, ``_async_runner.py``); the tests have an in-memory
+one driven by a virtual clock, so the runtime's timing is tested in
 milliseconds.
+
+A claim is known everywhere by one identity, its ``ClaimKey``.
 
 Every method but ``start``/``follow`` may raise whatever the database
 raised: the runtime logs it and carries on (retries later, or lets the
@@ -19,13 +22,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from .._calls.core import HandleCore
 from .._db.ops import Released, Retried, Vacuumed
 from .._values.job import Job, SweepResult
 
-__all__ = ["Backend", "ClaimKey", "QueuePort"]
+if TYPE_CHECKING:
+    from ..tasks._periodic import Fired, Periodic
+
+__all__ = ["Backend", "ClaimKey", "FiringPort", "QueuePort"]
 
 # A claim's identity: (job id, attempts at the claim).  The job id alone is
 # not enough, since a worker may reclaim its own lapsed job (Q14).
@@ -68,16 +73,16 @@ class QueuePort(Protocol):
         ...
 
     async def retry(
-        self, handle: HandleCore, error: str | None, delay: float, traceback: str | None
+        self, claim: ClaimKey, error: str | None, delay: float, traceback: str | None
     ) -> Retried | None:
-        """Q17/Q18 through ``handle`` (one-shot, Q20), ``traceback`` into the history (B2).
+        """Q17/Q18 for a held claim: due ``delay`` seconds from now; ``traceback`` kept (B2).
 
         ``"dead"`` when it was the last attempt; None when the claim was gone.
         """
         ...
 
-    async def fail(self, handle: HandleCore, error: str | None, traceback: str | None) -> bool:
-        """Q19 through ``handle`` (one-shot, Q20), ``traceback`` into the history (B2)."""
+    async def fail(self, claim: ClaimKey, error: str | None, traceback: str | None) -> bool:
+        """Q19 for a held claim; ``traceback`` into the history (B2).  False when it was gone."""
         ...
 
     async def release(self, claim: ClaimKey) -> Released | None:
@@ -109,9 +114,9 @@ class QueuePort(Protocol):
         ...
 
     def start(
-        self, handle: HandleCore, scope: AbstractContextManager[object] | None
+        self, job: Job, scope: AbstractContextManager[object] | None
     ) -> asyncio.Future[object]:
-        """Start the queue's handler on ``handle.job``; the future gets its outcome.
+        """Start the queue's handler on ``job`` (just claimed); the future gets its outcome.
 
         ``scope`` (the instrumentation's, e.g. a tracing span) is entered
         around the handler's run in its own thread or task.
@@ -123,6 +128,14 @@ class QueuePort(Protocol):
 
     def follow(self, result: Awaitable[object]) -> asyncio.Future[object]:
         """What to wait for when a handler called as sync returned an awaitable."""
+        ...
+
+
+class FiringPort(Protocol):
+    """What the periodic scheduler asks of the queue a schedule enqueues onto (P1)."""
+
+    async def fire(self, schedule: Periodic) -> Fired:
+        """Fire ``schedule`` if a slot of it is due: one transaction (``Periodic.fire_call``)."""
         ...
 
 

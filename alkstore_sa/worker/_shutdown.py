@@ -9,7 +9,8 @@ worker takes it without waiting for its lease to lapse -- or, on its last
 attempt, dead-lettered as a lapse would (Q12); async handlers are
 cancelled, sync ones are abandoned in their threads.  Then the completer's
 acks are flushed.  Each step is bounded: a database that is away cannot
-hold ``run()`` past ``RELEASE_TIMEOUT`` per step.
+hold ``run()`` past ``RELEASE_TIMEOUT`` per step.  The releases are
+outcomes like any, settled and reported by the completer.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from ._completer import Completer
+from ._completer import Completer, Settler
 from ._executor import consume_outcome
+from ._outcomes import Outcome
 from ._state import QueueState, RunState, Slot
 
 __all__ = ["ABORT_TIMEOUT", "RELEASE_TIMEOUT", "abort", "drain"]
@@ -27,13 +29,14 @@ log = logging.getLogger("alkstore_sa.worker")
 
 RELEASE_TIMEOUT = 10.0  # how long shutdown waits for releases and pending acks
 ABORT_TIMEOUT = 5.0  # the same when run() itself is cancelled: the canceller is waiting
+RELEASED = Outcome("released")
 
 
 async def drain(run: RunState, completer: Completer, limit: float = RELEASE_TIMEOUT) -> None:
     """The grace, the releases, the last acks: everything after a stop."""
     loop = run.loop
     deadline = loop.time() + run.settings.shutdown_timeout
-    await _release_unstarted(run, limit)
+    await _release_unstarted(run, completer, limit)
     while not run.abandoning.is_set():
         left = deadline - loop.time()
         if left <= 0 or not any(slot.running for slot in run.held()):
@@ -43,7 +46,7 @@ async def drain(run: RunState, completer: Completer, limit: float = RELEASE_TIME
             await asyncio.wait_for(run.progress.wait(), left)
         except TimeoutError:
             break
-    await _release_running(run, limit)
+    await _release_running(run, completer, limit)
     # Outcomes under way (acks, retries) finish; then the acks are flushed.
     finishing = [t for t in run.jobs if not t.done()]
     if finishing:
@@ -74,7 +77,7 @@ async def abort(run: RunState, completer: Completer) -> None:
         log.warning("worker %s: releasing jobs at cancellation timed out", run.settings.worker_id)
 
 
-async def _release_unstarted(run: RunState, limit: float) -> None:
+async def _release_unstarted(run: RunState, completer: Settler, limit: float) -> None:
     """Give back the jobs claimed ahead that never started: nothing of theirs runs."""
     release: list[tuple[QueueState, Slot]] = []
     for qs in run.queues:
@@ -82,10 +85,10 @@ async def _release_unstarted(run: RunState, limit: float) -> None:
             slot = qs.ready.popleft()
             slot.finishing = True
             release.append((qs, slot))
-    await _release_all(release, limit, "unstarted job(s)")
+    await _release_all(completer, release, limit, "unstarted job(s)")
 
 
-async def _release_running(run: RunState, limit: float) -> None:
+async def _release_running(run: RunState, completer: Settler, limit: float) -> None:
     """Past the grace: give running jobs back (pending, due now, attempt kept)."""
     release: list[tuple[QueueState, Slot]] = []
     handlers: list[asyncio.Future[object]] = []  # async handlers, cancelled here
@@ -101,65 +104,27 @@ async def _release_running(run: RunState, limit: float) -> None:
                         handlers.append(slot.fut)
                     slot.fut.add_done_callback(consume_outcome)
                 release.append((qs, slot))
-    await _release_all(release, limit, "job(s)")
+    await _release_all(completer, release, limit, "job(s)")
     if handlers:
         # Their cancellation runs (finally blocks included) before run() returns.
         await asyncio.wait(handlers, timeout=limit)
 
 
-async def _release_all(release: list[tuple[QueueState, Slot]], limit: float, what: str) -> None:
+async def _release_all(
+    completer: Settler, release: list[tuple[QueueState, Slot]], limit: float, what: str
+) -> None:
     if release:
         try:
             await asyncio.wait_for(
-                asyncio.gather(*(_release(qs, slot) for qs, slot in release)), limit
+                asyncio.gather(*(_release(completer, qs, slot) for qs, slot in release)), limit
             )
         except TimeoutError:
             log.warning("releasing %d %s at shutdown timed out", len(release), what)
 
 
-async def _release(qs: QueueState, slot: Slot) -> None:
+async def _release(completer: Settler, qs: QueueState, slot: Slot) -> None:
     try:
-        if slot.lost:  # nothing of ours left in the database to release
-            return
-        try:
-            released = await qs.port.release(slot.key)
-        except Exception as exc:
-            log.warning("job %d: release at shutdown failed: %s", slot.job.id, exc)
-            return
-        job = slot.job
-        extra = {
-            "alkstore_queue": qs.name,
-            "alkstore_job_id": job.id,
-            "alkstore_attempt": job.attempts,
-            "alkstore_max_attempts": job.max_attempts,
-        }
-        if released == "released" and not slot.started:
-            log.debug(
-                "job %d on %s: claimed ahead, not started at shutdown; released",
-                job.id,
-                qs.name,
-                extra=extra,
-            )
-        elif released == "released":
-            log.warning(
-                "job %d on %s (attempt %d/%d): still running at shutdown; "
-                "released for other workers",
-                job.id,
-                qs.name,
-                job.attempts,
-                job.max_attempts,
-                extra=extra,
-            )
-        elif released == "dead":
-            log.error(
-                "job %d on %s dead-lettered after attempt %d/%d: max attempts exceeded; "
-                "it was %s at shutdown",
-                job.id,
-                qs.name,
-                job.attempts,
-                job.max_attempts,
-                "still running" if slot.started else "claimed on its last attempt, not started",
-                extra=extra,
-            )
+        if not slot.lost:  # else nothing of ours is left in the database to release
+            await completer.settle(qs, slot, RELEASED)
     finally:
         qs.held.pop(slot.key, None)

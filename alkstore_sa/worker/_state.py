@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import heapq
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
 
-from .._calls.core import HandleCore, QueueCore
+from .._calls.core import QueueCore
 from .._extras.instrument import Observer
 from .._values.job import Job
 from ._handlers import HandlerSpec
@@ -104,7 +105,6 @@ class Slot:
     """One claimed job from claim to outcome."""
 
     job: Job
-    handle: HandleCore
     started_at: float = 0.0  # loop time the handler started
     ran_for: float | None = None  # seconds the handler ran, once it returned or timed out
     beat_every: float = 0.0  # set by Heartbeats.track
@@ -129,7 +129,9 @@ class QueueState:
     binding: QueueBinding
     signal: asyncio.Event = field(default_factory=asyncio.Event)
     woken: bool = False  # a wake or re-poll: claim what is free, now
-    relistened: bool = False  # LISTEN was (re)established: a claim backoff ends now
+    # The database answered again (LISTEN re-established, or any call that
+    # succeeded after failures): a claim backoff ends now, from its floor.
+    answered: bool = False
     backlog: bool = False  # the last claim came back full: refill in batches
     busy: int = 0  # slots taken by running handlers
     claiming: int = 0  # slots reserved by the claim in flight
@@ -141,6 +143,9 @@ class QueueState:
     ready: collections.deque[Slot] = field(default_factory=collections.deque)
     ahead: int = 0  # how many jobs may be claimed beyond the free slots now
     run_avg: float = math.inf  # a moving average of the handlers' run time (seconds)
+    # V5: loop times jobs this run knows of come due (its own retries), a
+    # heap: the producer claims at each, not a poll interval later.
+    due_at: list[float] = field(default_factory=list)
 
     def ran(self, seconds: float, concurrency: int) -> None:
         """Count one handler's run time; claim ahead while handlers are short (D3)."""
@@ -160,6 +165,25 @@ class QueueState:
     def wake(self) -> None:
         self.woken = True
         self.signal.set()
+
+    def due(self, at: float) -> None:
+        """V5: a job of this queue becomes claimable at loop time ``at``."""
+        if at < self.next_due:
+            self.signal.set()  # the producer's wait ends sooner now
+        heapq.heappush(self.due_at, at)
+
+    @property
+    def next_due(self) -> float:
+        """The earliest due time known, ``inf`` for none."""
+        return self.due_at[0] if self.due_at else math.inf
+
+    def came_due(self, now: float) -> bool:
+        """Forget the due times up to ``now``; whether there were any."""
+        came = False
+        while self.due_at and self.due_at[0] <= now:
+            heapq.heappop(self.due_at)
+            came = True
+        return came
 
     def free(self, slot: Slot, now: float) -> None:
         """Give ``slot``'s concurrency slot back (once), and tell the producer."""
@@ -195,8 +219,32 @@ class RunState:
     def held(self) -> list[Slot]:
         return [slot for qs in self.queues for slot in qs.held.values()]
 
+    # Replaced by a fresh one each time the database answers after failures
+    # (``database_answered``): a part sleeping out a backoff waits on it
+    # (``backoff``), so no backoff computed during a fault outlives it.
+    recovery: asyncio.Event = field(default_factory=asyncio.Event)
+
     def db_ok(self) -> None:
-        self.db_errors = 0
+        if self.db_errors:
+            self.db_errors = 0
+            self.database_answered()
+
+    def database_answered(self) -> None:
+        """The first success after failures: every backoff ends now and restarts from its floor."""
+        for qs in self.queues:
+            qs.answered = True
+            qs.wake()  # claim now: the wait was the backoff's, not the queue's
+        ended, self.recovery = self.recovery, asyncio.Event()
+        ended.set()
+
+    async def backoff(self, seconds: float) -> bool:
+        """Sleep ``seconds``, or less if the database answers meanwhile (then True)."""
+        recovery = self.recovery
+        try:
+            await asyncio.wait_for(recovery.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
 
     def db_failed(self) -> int:
         """Count one more failed database call in a row; returns the count."""

@@ -7,7 +7,7 @@ listener per engine -- watches them, and on ``stop()`` (any thread), a
 signal, or the cancellation of ``run()`` itself, shuts down
 (``_shutdown``).  One asyncio program serves both ``Worker`` (which drives
 it with ``asyncio.run``) and ``AsyncWorker``; what differs between them is
-the backend behind the queues' ports (``_port``).
+the runner behind the queues' ports (``_port``, ``_store_port``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from ._executor import Executor
 from ._heartbeats import Heartbeats
 from ._maintenance import Maintenance
 from ._periodic import Scheduler
-from ._port import Backend
+from ._port import Backend, FiringPort
 from ._producer import Producer
 from ._registry import Registry
 from ._state import QueueBinding, QueueState, RunState, Settings, WorkerHealth
@@ -102,12 +102,13 @@ class Supervisor:
         self,
         queues: Sequence[QueueBinding],
         backend: Backend,
-        periodic: Sequence[Periodic] = (),
+        periodic: Sequence[tuple[Periodic, FiringPort]] = (),
         registry: Registry | None = None,
     ) -> None:
         """Run until stopped; ``backend`` is closed when the run ends.
 
-        ``periodic``: the schedules this worker fires (P1), in a task of their own.
+        ``periodic``: the schedules this worker fires (P1), each with the port
+        of the queue it enqueues onto, in a task of their own.
         ``registry``: where the run registers itself while it runs (V1), in a
         task of its own; its rows are removed at the end of a graceful stop.
 
@@ -128,7 +129,7 @@ class Supervisor:
             self._run = run
         self._apply_stop(run)  # a stop() asked for before run()
         restore = self._install_signals(loop)
-        completer = Completer()
+        completer = Completer(run)
         heartbeats = Heartbeats(run)
         executor = Executor(run, heartbeats, completer)
         throughput = Throughput(run)
@@ -230,7 +231,7 @@ class Supervisor:
                     for qs in members:
                         # The database answers again (after an outage, a
                         # failover): a claim backoff ends now, not at its cap.
-                        qs.relistened = True
+                        qs.answered = True
                         qs.wake()  # Q26: claim once LISTEN is established
 
             listeners.append(

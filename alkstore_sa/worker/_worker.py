@@ -19,18 +19,17 @@ from typing import Any, TypeVar
 from .._calls.core import batch_bytes
 from .._values import validate as v
 from ..aio import AsyncQueue, AsyncStore
-from ..store import Queue, Store
+from ..store import Queue, Store, queue_parts, run_call
 from ..tasks import Tasks
 from ..tasks._dispatch import handlers_for
 from ..tasks._periodic import Periodic
-from ._async_backend import AsyncBackend
 from ._handlers import HandlerSpec, inspect_handler
 from ._registry import Registry
 from ._state import Settings, WorkerHealth
+from ._store_port import StoreBackend
 from ._supervisor import Supervisor
-from ._sync_backend import SyncBackend
 
-__all__ = ["AsyncWorker", "Worker"]
+__all__ = ["AsyncWorker", "Worker", "check_schema", "handled", "override_concurrency"]
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_POLL_INTERVAL = 1.0
@@ -130,6 +129,7 @@ class _Base:
     """What both faces share: the settings, stop(), and running once."""
 
     _periodic: list[Periodic]
+    _queues: list[tuple[Any, HandlerSpec]]
 
     def __init__(self, settings: Settings) -> None:
         self._settings = settings
@@ -155,7 +155,7 @@ class _Base:
         ``running`` is False).  ``health().healthy`` is what ``/healthz`` serves."""
         return self._supervisor.health()
 
-    def override_concurrency(self, concurrency: int) -> None:
+    def _override_concurrency(self, concurrency: int) -> None:
         """For ``alkstore worker --concurrency``: change it on a worker built elsewhere.
 
         Only before ``run()``: the supervisor is rebuilt with the new settings.
@@ -176,6 +176,13 @@ class _Base:
     def periodic(self) -> tuple[Periodic, ...]:
         """The schedules this worker fires (P1), in the order given."""
         return tuple(self._periodic)
+
+    async def _run_on(self, backend: StoreBackend) -> None:
+        bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
+        schedules = [(schedule, backend.port(schedule.queue)) for schedule in self._periodic]
+        queues = [queue for queue, _ in self._queues]
+        registry = Registry.of(self._settings.worker_id, self._settings.concurrency, queues)
+        await self._supervisor.run(bindings, backend, schedules, registry)
 
     def _claim_run(self) -> None:
         with self._run_lock:
@@ -257,10 +264,7 @@ class Worker(_Base):
         # own) so a full handler pool never delays a heartbeat; small, because
         # each call holds one of the engine's pooled connections while it runs.
         db_threads = min(16, 2 + 2 * len(self._queues))
-        backend = SyncBackend(threads, db_threads)
-        bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
-        registry = Registry.of(self.worker_id, self._settings.concurrency, self.queues)
-        asyncio.run(self._supervisor.run(bindings, backend, self._periodic, registry))
+        asyncio.run(self._run_on(StoreBackend(threads, db_threads)))
 
 
 class AsyncWorker(_Base):
@@ -321,7 +325,24 @@ class AsyncWorker(_Base):
         """Run jobs until ``stop()`` or SIGTERM/SIGINT; then return."""
         self._claim_run()
         sync_queues = sum(1 for _, spec in self._queues if not spec.is_async)
-        backend = AsyncBackend(self._settings.concurrency * sync_queues)
-        bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
-        registry = Registry.of(self.worker_id, self._settings.concurrency, self.queues)
-        await self._supervisor.run(bindings, backend, self._periodic, registry)
+        await self._run_on(StoreBackend(self._settings.concurrency * sync_queues, 1))
+
+
+def handled(worker: Worker | AsyncWorker) -> list[tuple[Any, HandlerSpec]]:
+    """Each queue of ``worker`` with its inspected handler (``alkstore_sa.testing``)."""
+    return list(worker._queues)
+
+
+def override_concurrency(worker: Worker | AsyncWorker, concurrency: int) -> None:
+    """For ``alkstore worker --concurrency``: change it on a worker built elsewhere.
+
+    Only before ``run()``: ``RuntimeError`` once it ran.
+    """
+    worker._override_concurrency(concurrency)
+
+
+def check_schema(store: Store) -> None:
+    """Raise ``SchemaMissingError`` unless ``store``'s tables are there and up to
+    date: the check a worker makes before its first claim (B5)."""
+    _, core = queue_parts(store.queue("preflight"))
+    run_call(store, core.check_schema())

@@ -25,13 +25,13 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
 
 from alkstore_sa import AsyncStore, AsyncWorker, Job, SchemaMissingError, Store
-from alkstore_sa._db import connect as _connect
+from alkstore_sa._db import engines as _engines
 
 from .._workers import start_worker, wait_for
 
 # The CI leg on the oldest SQLAlchemy allowed (2.0.30) checks the refusal
-# instead: asyncpg needs 2.0.50 (alkstore_sa/_connect.py).
-NEW_ENOUGH = _connect.sqlalchemy_version() >= _connect.ASYNCPG_MIN_SQLALCHEMY
+# instead: asyncpg needs 2.0.50 (alkstore_sa/_db/engines.py).
+NEW_ENOUGH = _engines.sqlalchemy_version() >= _engines.ASYNCPG_MIN_SQLALCHEMY
 pytestmark = pytest.mark.skipif(
     not NEW_ENOUGH, reason="asyncpg needs SQLAlchemy >= 2.0.50 (refusal pinned below)"
 )

@@ -12,14 +12,14 @@ import pytest
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from alkstore_sa import AsyncStore
-from alkstore_sa._db import connect as _connect
+from alkstore_sa._db import engines as _engines
 
 
 def test_d1_asyncpg_on_sqlalchemy_before_2_0_50_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    if _connect.sqlalchemy_version() >= _connect.ASYNCPG_MIN_SQLALCHEMY:
-        monkeypatch.setattr(_connect, "sqlalchemy_version", lambda: (2, 0, 49))
+    if _engines.sqlalchemy_version() >= _engines.ASYNCPG_MIN_SQLALCHEMY:
+        monkeypatch.setattr(_engines, "sqlalchemy_version", lambda: (2, 0, 49))
     engine = create_async_engine("postgresql+asyncpg://u@nowhere/db")
     with pytest.raises(ValueError, match=r"needs SQLAlchemy >= 2\.0\.50"):
         AsyncStore(engine)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -345,3 +346,20 @@ async def test_d2_async_run_due_is_awaited_on_the_callers_loop(async_engine: Any
     report = await pending
     assert report.acked == [job_id] and loops == [asyncio.get_running_loop()]
     assert await enqueued(q) == []
+
+
+def test_d2_sync_handlers_run_in_the_calling_thread(store: Store) -> None:
+    """The worker's executor drives them, inline: thread-local state set up by a test holds."""
+    q = store.queue("d2-thread")
+    job_id = q.enqueue(b"")
+    threads: list[threading.Thread] = []
+    report = run_due(q, handler=lambda job: threads.append(threading.current_thread()))
+    assert report.acked == [job_id] and threads == [threading.current_thread()]
+
+
+async def test_d2_sync_run_due_called_from_a_running_loop_still_runs(store: Store) -> None:
+    """A sync target called inside a coroutine: its loop is busy, so a thread of its own."""
+    q = store.queue("d2-in-loop")
+    job_id = q.enqueue(b"")
+    report = run_due(q, handler=_ok)
+    assert report.acked == [job_id] and enqueued(q) == []

@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import URL, create_engine
 
 from alkstore_sa import AsyncStore, Store
-from alkstore_sa._db import connect as _connect
+from alkstore_sa._db import engines as _engines
 from alkstore_sa.cli._db import Database
 from alkstore_sa.worker._listener import listen_conninfo
 
@@ -85,7 +85,7 @@ async def test_async_store_from_url_sets_keepalives_psycopg(tcp_url: URL) -> Non
 
 
 @pytest.mark.skipif(
-    _connect.sqlalchemy_version() < _connect.ASYNCPG_MIN_SQLALCHEMY,
+    _engines.sqlalchemy_version() < _engines.ASYNCPG_MIN_SQLALCHEMY,
     reason="asyncpg needs SQLAlchemy >= 2.0.50 (the refusal: test_d1_asyncpg_old_sqlalchemy)",
 )
 async def test_async_store_from_url_sets_keepalives_asyncpg(tcp_url: URL) -> None:

@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from alkstore_sa import AsyncStore, Store
-from alkstore_sa._db.connect import sqlstate
+from alkstore_sa._db.sqlstate import sqlstate
 
 from .. import _drivers
 from .._workers import KINDS, handler, start_worker, wait_for, worker_class

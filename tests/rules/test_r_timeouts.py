@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
 from alkstore_sa import AsyncStore, AsyncWorker, EnqueueOpts, Store, Worker
-from alkstore_sa._db.connect import sqlstate
+from alkstore_sa._db.sqlstate import sqlstate
 from alkstore_sa._values.job import Job
 
 from .. import _api, _drivers

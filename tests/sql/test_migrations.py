@@ -407,7 +407,7 @@ def test_s3_parked_expired_revision_keeps_every_job_up_and_down(blank_database: 
 def test_v1_workers_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:
     """0010 (the registry of workers, V1) on a store in use, claims in flight included."""
     cfg = alembic_config(url=blank_database)
-    command.upgrade(cfg, "alkstore_0008_parked_expired")
+    command.upgrade(cfg, "alkstore_0009_row_checks")
     with connect(blank_database) as conn:
         conn.execute(
             text(
@@ -435,7 +435,7 @@ def test_v1_workers_revision_keeps_every_job_up_and_down(blank_database: URL) ->
                 conn.commit()
             assert [w.in_flight for w in store.workers()] == [tuple(sorted(h.job.id for h in held))]
             claimed = _every_job(blank_database)
-            command.downgrade(cfg, "alkstore_0008_parked_expired")
+            command.downgrade(cfg, "alkstore_0009_row_checks")
             assert "workers" not in tables_in(blank_database, "alkstore")
             assert _every_job(blank_database) == claimed
             command.upgrade(cfg, "head")

@@ -299,7 +299,7 @@ def test_q27_stop_before_run_survives_a_concurrency_override(
     def build(s: Any) -> Any:
         worker = worker_class(kind)({s.queue("stopped_early"): handler(kind, ran.append)})
         worker.stop()
-        worker.override_concurrency(2)
+        worker._override_concurrency(2)
         return worker
 
     running = start_worker(kind, database_url, build)

@@ -1,7 +1,7 @@
 """alkstore: workers, the registry of running Workers (V1)
 
 Revision ID: alkstore_0010_workers
-Revises: alkstore_0008_parked_expired
+Revises: alkstore_0009_row_checks
 Create Date: 2026-12-01
 
 Adds one small table, a row per running Worker (its id, host, pid, queues,
@@ -24,7 +24,7 @@ from alembic import op
 from alkstore_sa.migrations import migration_schema
 
 revision: str = "alkstore_0010_workers"
-down_revision: str | Sequence[str] | None = "alkstore_0008_parked_expired"
+down_revision: str | Sequence[str] | None = "alkstore_0009_row_checks"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,4 +1,4 @@
-"""The ``Worker``'s backend: queue ports over a sync ``Store``, calls on threads.
+"""The sync runner: a ``StorePort``'s calls through a ``Store``, on threads.
 
 Each database call runs through the sync store exactly as the sync API runs
 it (``store.run_call``), on a thread, so the event loop never blocks.
@@ -7,6 +7,10 @@ that keeps one autocommit connection checked out (``_HeldConnections``);
 everything else goes through the run's shared database lane.  Handlers run
 on the run's handler lane; a session-scoped one gets a ``Session`` whose
 transaction also acks its job (Q28).
+
+``SyncLanes.inline()`` runs all of it in the calling thread instead, one
+call at a time: ``alkstore_sa.testing.run_due`` drives the worker's own
+executor that way.
 """
 
 from __future__ import annotations
@@ -15,30 +19,27 @@ import asyncio
 import functools
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Sequence
-from contextlib import AbstractContextManager
-from typing import TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from .._calls.core import Call, HandleCore, QueueCore
-from .._db.connect import drop_if_read_only, shutdown_socket
-from .._db.ops import Released, Retried, Vacuumed
+from .._calls.core import Call, QueueCore
+from .._db.owned import drop_if_read_only
 from .._db.sa_internals import pool_capacity
-from .._values.job import Job, SweepResult
-from ..store import Queue, Store, queue_parts, run_call
-from ._handlers import HandlerSpec, called_in, returned_awaitable
-from ._listener import listen, listen_conninfo
-from ._port import ClaimKey
-from ._state import QueueBinding
+from .._db.sockets import shutdown_socket
+from .._values.job import Job
+from ..store import Store, run_call
+from ._handlers import HandlerSpec, Scope, returned_awaitable, scoped
 from ._threads import Lane, RunLanes
 
-__all__ = ["SyncBackend"]
+__all__ = ["DB_CLOSE_WAIT", "SyncLanes", "SyncRunner"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
 T = TypeVar("T")
+Started = asyncio.Future[object]
 # At the end of a run, how long to wait for DB calls still on their threads.
 DB_CLOSE_WAIT = 10.0
 # Acks hold a connection of their own only when the pool has this many: a
@@ -142,122 +143,120 @@ class _HotLane:
             self._lane.close(wait=DB_CLOSE_WAIT)
 
 
-class SyncBackend:
-    """Threads and held connections shared by one run's ports."""
+class _Submit(Protocol):
+    def submit(self, fn: Callable[[], Any]) -> asyncio.Future[Any]: ...
 
-    def __init__(self, handler_threads: int, db_threads: int) -> None:
-        self.lanes = RunLanes(handler_threads, db_threads)
-        self.claims = _HotLane("alkstore-claim")
-        self.acks = _HotLane("alkstore-ack")
 
-    def bind(self, queue: Queue, handler: HandlerSpec) -> QueueBinding:
-        store, core = queue_parts(queue)
-        return QueueBinding(core, handler, SyncQueuePort(self, store, core, handler))
+class _Hot(Protocol):
+    async def run(self, store: Store, call: Call[T]) -> T: ...
+
+    def abort(self) -> None: ...
+
+
+class _Inline:
+    """``submit``/``run`` in the calling thread, at once (``SyncLanes.inline``)."""
+
+    def submit(self, fn: Callable[[], Any]) -> asyncio.Future[Any]:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            fut.set_result(fn())
+        except Exception as exc:
+            fut.set_exception(exc)
+        return fut
 
     async def run(self, store: Store, call: Call[T]) -> T:
-        result: T = await self.lanes.db.submit(functools.partial(run_call, store, call))
-        return result
+        return run_call(store, call)
 
-    listen = staticmethod(listen)  # the one implementation, in _listener
+    def abort(self) -> None:
+        pass  # nothing runs beside the caller: nothing to break
+
+
+class SyncLanes:
+    """Where a sync runner's calls run: shared by every sync runner of a run."""
+
+    def __init__(self, runs: RunLanes | None) -> None:
+        self._runs = runs
+        self._inline = _Inline() if runs is None else None
+        self.claims: _Hot = self._inline or _HotLane("alkstore-claim")
+        self.acks: _Hot = self._inline or _HotLane("alkstore-ack")
+
+    @classmethod
+    def inline(cls) -> SyncLanes:
+        return cls(None)
+
+    @property
+    def db(self) -> _Submit:
+        return self._inline or self._lanes.db
+
+    @property
+    def handlers(self) -> _Submit:
+        return self._inline or self._lanes.handlers
+
+    @property
+    def _lanes(self) -> RunLanes:
+        assert self._runs is not None
+        return self._runs
 
     def close(self) -> None:
-        self.lanes.close(db_wait=DB_CLOSE_WAIT)
-        self.claims.close()
-        self.acks.close()
+        for hot in (self.claims, self.acks):
+            if isinstance(hot, _HotLane):
+                hot.close()
 
 
-class SyncQueuePort:
-    """A ``QueuePort`` over a sync ``Store``."""
+class SyncRunner:
+    """The runner of a ``StorePort`` over a sync ``Store``."""
 
-    def __init__(
-        self, backend: SyncBackend, store: Store, core: QueueCore, handler: HandlerSpec
-    ) -> None:
-        self._backend = backend
+    def __init__(self, store: Store, lanes: SyncLanes) -> None:
         self._store = store
-        self._core = core
-        self._handler = handler
+        self._lanes = lanes
         self._hold_acks = pool_capacity(store.engine) >= HOLD_ACKS_MIN_POOL
 
     @property
-    def listen_group(self) -> Hashable:
-        return id(self._store.engine)
+    def engine(self) -> Engine:
+        return self._store.engine
 
-    async def claim(
-        self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
-    ) -> list[Job]:
-        call = self._core.claim(worker_id, n, max_batch_payload_bytes)
-        return [] if call is None else await self._backend.claims.run(self._store, call)
+    @property
+    def asyncpg_store(self) -> None:
+        return None  # a sync store's engine is psycopg's (D1 is async only)
 
-    def abort_claim(self) -> None:
-        self._backend.claims.abort()
-
-    async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
-        call = self._core.ack_claims(list(claims))
-        if self._hold_acks:
-            return await self._backend.acks.run(self._store, call)
-        return await self._backend.run(self._store, call)
-
-    async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
-        return await self._backend.run(self._store, self._core.heartbeat_claims(list(claims)))
-
-    async def retry(
-        self, handle: HandleCore, error: str | None, delay: float, traceback: str | None
-    ) -> Retried | None:
-        return await self._backend.run(self._store, handle.retry(error, delay, traceback=traceback))
-
-    async def fail(self, handle: HandleCore, error: str | None, traceback: str | None) -> bool:
-        return await self._backend.run(self._store, handle.fail(error, traceback=traceback))
-
-    async def release(self, claim: ClaimKey) -> Released | None:
-        return await self._backend.run(self._store, self._core.release(*claim))
-
-    async def sweep(self) -> SweepResult:
-        call = functools.partial(run_call, self._store, self._core.sweep_expired(), atomic=True)
-        result: SweepResult = await self._backend.lanes.db.submit(call)
+    async def run(self, call: Call[T], *, atomic: bool = False) -> T:
+        fn = functools.partial(run_call, self._store, call, atomic=atomic)
+        result: T = await self._lanes.db.submit(fn)
         return result
 
-    async def record_outcomes(self, acked: int, retried: int, dead: int) -> None:
-        await self._backend.run(self._store, self._core.record_outcomes(acked, retried, dead))
+    async def claim(self, call: Call[T]) -> T:
+        return await self._lanes.claims.run(self._store, call)
 
-    async def check_schema(self) -> None:
-        await self._backend.run(self._store, self._core.check_schema())
+    def abort_claim(self) -> None:
+        self._lanes.claims.abort()
 
-    async def vacuum(self, min_dead: int, live_fraction: float) -> Vacuumed:
-        # The shared lane's calls run on the store's autocommit path (VACUUM
-        # cannot run in a transaction).
-        return await self._backend.run(self._store, self._core.vacuum_jobs(min_dead, live_fraction))
+    async def ack(self, call: Call[T]) -> T:
+        if self._hold_acks:
+            return await self._lanes.acks.run(self._store, call)
+        return await self.run(call)
 
-    async def listen_conninfo(self, application_name: str) -> str:
-        call = functools.partial(listen_conninfo, application_name=application_name)
-        return await self._backend.run(self._store, call)
+    def start(self, spec: HandlerSpec, core: QueueCore, job: Job, scope: Scope) -> Started:
+        if spec.wants_session:
+            return self._lanes.handlers.submit(
+                scoped(functools.partial(_session_call, self._store, spec, core, job), scope)
+            )
+        return self._lanes.handlers.submit(scoped(functools.partial(spec.fn, job), scope))
 
-    def start(
-        self, handle: HandleCore, scope: AbstractContextManager[object] | None
-    ) -> asyncio.Future[object]:
-        fn: Callable[[], object]
-        if self._handler.wants_session:
-            fn = functools.partial(_session_call, self._store, self._handler, handle)
-        else:
-            fn = functools.partial(self._handler.fn, handle.job)
-        if scope is not None:
-            fn = functools.partial(called_in, scope, fn)
-        return self._backend.lanes.handlers.submit(fn)
-
-    def follow(self, result: Awaitable[object]) -> asyncio.Future[object]:
+    def follow(self, spec: HandlerSpec, result: Awaitable[object]) -> Started:
         # No loop of the handler's own to run it on: a failed attempt, retried.
-        fut: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        fut.set_exception(returned_awaitable(self._handler, result))
+        fut: Started = asyncio.get_running_loop().create_future()
+        fut.set_exception(returned_awaitable(spec, result))
         return fut
 
 
-def _session_call(store: Store, spec: HandlerSpec, handle: HandleCore) -> bool:
+def _session_call(store: Store, spec: HandlerSpec, core: QueueCore, job: Job) -> bool:
     """Q28: the handler's writes and the ack commit together or not at all."""
     with Session(store.engine) as session:
-        result = spec.fn(handle.job, session)
+        result = spec.fn(job, session)
         if inspect.isawaitable(result):
             # Its body never ran: no ack (the session rolls back on the way out).
             raise returned_awaitable(spec, result)
-        acked = run_call(store, handle.ack(), session)
+        acked = run_call(store, core.ack_claim(job.id, job.attempts), session)
         if acked:
             session.commit()
         else:
