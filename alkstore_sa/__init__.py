@@ -1,22 +1,58 @@
-"""alkstore_sa: a PostgreSQL job queue built as a SQLAlchemy 2.x extension."""
+"""alkstore_sa: a PostgreSQL job queue built as a SQLAlchemy 2.x extension.
 
-from ._extras.migrate import migrate
-from ._values.errors import (
-    AlkstoreError,
-    FailJob,
-    HandleSpentError,
-    InvalidNameError,
-    RetryJob,
-    SchemaMissingError,
-    StoreClosedError,
-    WorkerStartError,
-)
-from ._values.job import Job, JobError, QueueStats, SweepResult
-from ._values.opts import EnqueueOpts, QueueOpts
-from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
-from .store import JobHandle, Queue, Store
-from .tasks import AsyncTask, Periodic, Task, Tasks
-from .worker import AsyncWorker, Worker, WorkerHealth, run_processes
+The public names load on first use (PEP 562): ``import alkstore_sa`` alone
+costs almost nothing, so the ``alkstore`` command starts fast, and no
+optional part (Alembic, the web, OpenTelemetry, Prometheus, pydantic) is
+imported before a feature needs it (V3).
+"""
+
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from ._extras.migrate import migrate
+    from ._values.errors import (
+        AlkstoreError,
+        FailJob,
+        HandleSpentError,
+        InvalidNameError,
+        RetryJob,
+        SchemaMissingError,
+        StoreClosedError,
+        WorkerStartError,
+    )
+    from ._values.job import Job, JobError, QueueStats, SweepResult
+    from ._values.opts import EnqueueOpts, QueueOpts
+    from ._values.workers import WorkerInfo
+    from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
+    from .store import JobHandle, Queue, Store
+    from .tasks import AsyncTask, Periodic, Task, Tasks
+    from .worker import AsyncWorker, Worker, WorkerHealth, run_processes
+
+# Where each public name lives, relative to this package.
+_HOMES = {
+    "migrate": "._extras.migrate",
+    **dict.fromkeys(
+        [
+            "AlkstoreError",
+            "FailJob",
+            "HandleSpentError",
+            "InvalidNameError",
+            "RetryJob",
+            "SchemaMissingError",
+            "StoreClosedError",
+            "WorkerStartError",
+        ],
+        "._values.errors",
+    ),
+    **dict.fromkeys(["Job", "JobError", "QueueStats", "SweepResult"], "._values.job"),
+    **dict.fromkeys(["EnqueueOpts", "QueueOpts"], "._values.opts"),
+    "WorkerInfo": "._values.workers",
+    **dict.fromkeys(["AsyncJobHandle", "AsyncQueue", "AsyncStore"], ".aio"),
+    **dict.fromkeys(["JobHandle", "Queue", "Store"], ".store"),
+    **dict.fromkeys(["AsyncTask", "Periodic", "Task", "Tasks"], ".tasks"),
+    **dict.fromkeys(["AsyncWorker", "Worker", "WorkerHealth", "run_processes"], ".worker"),
+}
 
 __all__ = [
     "AlkstoreError",
@@ -45,9 +81,23 @@ __all__ = [
     "Tasks",
     "Worker",
     "WorkerHealth",
+    "WorkerInfo",
     "WorkerStartError",
     "migrate",
     "run_processes",
 ]
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> _typing.Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(home, __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, c
 from sqlalchemy.orm import Session
 
 from ._calls import core as _core
+from ._calls import workers as _workers
 from ._calls.core import Call, HandleCore, QueueCore
 from ._calls.faces import HandleFace, Lifecycle, QueueFace
 from ._db.engines import check_engine, owned_engine_args
@@ -26,6 +27,7 @@ from ._db.owned import in_autocommit, own_connection
 from ._db.sqlstate import schema_errors
 from ._values.job import Job, JobStatus, QueueStats, SweepResult
 from ._values.opts import EnqueueOpts, QueueOpts
+from ._values.workers import WorkerInfo
 from .schema import DEFAULT_SCHEMA
 
 __all__ = ["AsyncJobHandle", "AsyncQueue", "AsyncStore"]
@@ -77,6 +79,11 @@ class AsyncStore:
     async def stats(self) -> dict[str, QueueStats]:
         """``queue_names()`` mapped to each queue's stats, read in one snapshot (O6)."""
         return await self._run(_core.store_stats(self.schema))
+
+    async def workers(self) -> list[WorkerInfo]:
+        """V1: the workers registered in this schema (running, or gone and not yet
+        pruned), oldest start first, each with its jobs in flight."""
+        return await self._run(_workers.listing(self.schema))
 
     async def close(self) -> None:
         if self._life.close() and self._owns_engine:

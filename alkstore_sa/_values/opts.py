@@ -7,9 +7,15 @@ from datetime import datetime, timedelta
 
 from . import validate as v
 
-__all__ = ["EnqueueOpts", "QueueOpts"]
+__all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "EnqueueOpts", "QueueOpts"]
 
 MAX_RETRY_CAP = 3600.0
+# The default cap on one payload (V7): 10 MiB.  Payloads are read whole -- a
+# worker holds up to twice `concurrency` of them, `jobs`/the dashboard read
+# pages of them -- so an unbounded default let one 200 MiB argument cost a
+# listing 1.3 GB of memory.  Bigger data belongs in object storage, with its
+# key in the payload; `max_payload_bytes=None` lifts the cap.
+DEFAULT_MAX_PAYLOAD_BYTES = 10 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +33,8 @@ class QueueOpts:
     retry_base: float | int | timedelta = 1
     retry_cap: float | int | timedelta = MAX_RETRY_CAP
     dead_letter_retention: float | int | timedelta | None = None
-    # The largest payload this handle enqueues, in bytes (None: no limit).
-    max_payload_bytes: int | None = None
+    # The largest payload this handle enqueues, in bytes (None: no limit; V7).
+    max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES
 
     def __post_init__(self) -> None:
         v.integer(self.priority, "priority")

@@ -15,6 +15,12 @@ from typing import Any
 
 from .errors import InvalidNameError
 
+# Plain constants that light importers (the CLI's parser) need without the
+# SQLAlchemy layers: the default schema, and what O1/O2 bound one call to.
+DEFAULT_SCHEMA = "alkstore"
+MAX_LIST = 1000
+MAX_REQUEUE = 10_000
+
 # 63 bytes is PostgreSQL's NAMEDATALEN - 1: the longest identifier and the
 # longest LISTEN channel it accepts without truncating.
 MAX_NAME_BYTES = 63

@@ -12,7 +12,8 @@ from sqlalchemy.exc import DBAPIError
 
 from .._db.keepalives import keepalive_connect_args
 from .._db.url import ENV_VAR, describe_connect_error, normalize_url, require_psycopg
-from ..schema import DEFAULT_SCHEMA
+from .._values.validate import DEFAULT_SCHEMA
+from ._errors import SCHEMA_VAR, CliError
 
 __all__ = [
     "SCHEMA_VAR",
@@ -24,18 +25,8 @@ __all__ = [
     "resolve_url",
 ]
 
-SCHEMA_VAR = "ALKSTORE_SCHEMA"
 # Without it an unroutable host hangs for the kernel's TCP timeout (minutes).
 CONNECT_TIMEOUT = 10
-
-
-class CliError(Exception):
-    """A failure the CLI reports as one line and an exit code (2: usage, 1: runtime)."""
-
-    def __init__(self, message: str, code: int = 1) -> None:
-        super().__init__(message)
-        self.message = message.removeprefix("alkstore: ")
-        self.code = code
 
 
 @dataclass(frozen=True)
@@ -61,15 +52,15 @@ class Database:
         )
 
 
-def resolve_url(
-    option: str | None, *, required: bool = True, asyncpg_ok: bool = False
-) -> Database | None:
+def resolve_url(option: str | None, *, required: bool = True) -> Database | None:
     """``--database-url`` if given, else ``ALKSTORE_DATABASE_URL``.
 
-    ``asyncpg_ok`` (``alkstore worker``): a ``postgresql+asyncpg`` URL is taken
-    -- the user's module gets it as given, for its ``AsyncStore`` (D1) -- and
-    the CLI's own connections (the preflight, the metrics) use the same
-    database through psycopg.
+    Every command takes the application's own URL, whichever of the three
+    flavours it is (V3): ``postgresql://`` and ``postgresql+psycopg://`` are
+    used as they are, and a ``postgresql+asyncpg://`` URL (an application
+    on ``AsyncStore``, D1) is reached through psycopg 3 -- the same host,
+    database and credentials -- while the user's own module (``alkstore
+    worker``, ``--app``) still gets it as given.
     """
     if option is not None:
         raw, source = option, "--database-url"
@@ -80,12 +71,12 @@ def resolve_url(
             return None
         raise CliError(
             f"no database: set {ENV_VAR} (or pass --database-url) to a "
-            "postgresql+psycopg://user:password@host:port/dbname URL",
+            "postgresql://user:password@host:port/dbname URL",
             code=2,
         )
     try:
         url = normalize_url(raw.strip(), source=source)
-        if asyncpg_ok and url.drivername == "postgresql+asyncpg":
+        if url.drivername == "postgresql+asyncpg":
             return Database(url.set(drivername="postgresql+psycopg"), source, app_url=url)
         return Database(require_psycopg(url, source=source, who="the alkstore command"), source)
     except ValueError as exc:  # make_url's own ValueErrors (a bad port) land here too

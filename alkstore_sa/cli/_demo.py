@@ -27,6 +27,7 @@ from ..demo.receipts import QUEUE, SHOP_SCHEMA, Customer, ReceiptsApp, customers
 from ..schema import DEFAULT_SCHEMA, dead_jobs, jobs
 from ..store import Store
 from ..worker import Worker
+from . import _demo_log
 from ._db import Database, open_engine
 from ._embedded import throwaway_postgres
 from ._progress import Progress
@@ -96,6 +97,9 @@ def _counts(engine: Engine) -> dict[str, int]:
 
 def _monitor(app: ReceiptsApp, engine: Engine, run: Run, worker: Worker, deadline: float) -> None:
     progress = Progress("receipts", run.total, sys.stderr)
+    handlers = [h for h in logging.getLogger().handlers if isinstance(h, _demo_log.DemoLogHandler)]
+    for handler in handlers:  # a log line erases the bar first
+        handler.progress = progress
     try:
         while not run.stop.is_set():
             sent = app.orders_sent()
@@ -120,6 +124,8 @@ def _monitor(app: ReceiptsApp, engine: Engine, run: Run, worker: Worker, deadlin
     except BaseException as exc:
         run.error = exc
     finally:
+        for handler in handlers:
+            handler.progress = None
         progress.close()
         run.stop.set()
         worker.stop()
@@ -221,11 +227,7 @@ def _database(database: Database | None) -> Iterator[tuple[Database, bool]]:
 
 
 def cmd_demo(args: argparse.Namespace, database: Database | None, schema: str) -> int:
-    logging.basicConfig(
-        level=str(args.log_level).upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    _demo_log.setup(str(args.log_level), QUEUE, verbose=bool(getattr(args, "verbose", False)))
     with ExitStack() as stack:
         db, throwaway = stack.enter_context(_database(database))
         with open_engine(db) as probe:

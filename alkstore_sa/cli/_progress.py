@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import TextIO
 
@@ -41,6 +42,8 @@ class Progress:
         self.interval = min_interval if self.tty else line_interval
         self._last = float("-inf")
         self._drawn = False
+        # The monitor thread draws, the worker's threads log (clear_line): one at a time.
+        self._lock = threading.Lock()
 
     def render(self, done: int, extra: str = "") -> str:
         frac = min(max(done / self.total, 0.0), 1.0)
@@ -50,6 +53,10 @@ class Progress:
         return f"{text}  {extra}" if extra else text
 
     def update(self, done: int, extra: str = "", *, force: bool = False) -> None:
+        with self._lock:
+            self._update(done, extra, force)
+
+    def _update(self, done: int, extra: str, force: bool) -> None:
         now = time.monotonic()
         if not force and now - self._last < self.interval:
             return
@@ -61,6 +68,16 @@ class Progress:
             self.stream.write(line + "\n")
         self.stream.flush()
         self._drawn = True
+
+    def clear_line(self) -> None:
+        """Erase the drawn bar so another line can take its place; the next
+        ``update`` draws it again (a log line never shares the bar's line)."""
+        with self._lock:
+            if self.tty and self._drawn:
+                self.stream.write(_REDRAW)
+                self.stream.flush()
+                self._drawn = False
+                self._last = float("-inf")
 
     def close(self) -> None:
         """Leave the cursor on a fresh line after the bar."""

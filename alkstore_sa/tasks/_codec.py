@@ -12,7 +12,6 @@ SQL, never a job that can only fail.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import json
 import math
@@ -23,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._values.errors import InvalidEnvelope
+from ._typecheck import is_model
 
 __all__ = [
     "ENVELOPE_VERSION",
@@ -40,21 +40,9 @@ ENVELOPE_VERSION = 1
 MAX_DEPTH = 100
 
 
-def _pydantic_model() -> type | None:
-    """pydantic's ``BaseModel`` when pydantic is importable (it is never required)."""
-    # By name, not an import statement: the package type-checks (mypy --strict)
-    # where pydantic is not installed.
-    try:
-        module = importlib.import_module("pydantic")
-    except ImportError:
-        return None
-    base: type = module.BaseModel
-    return base
-
-
 def _is_model(tp: object) -> bool:
-    base = _pydantic_model()
-    return base is not None and isinstance(tp, type) and issubclass(tp, base)
+    # pydantic is never imported for this (V3): see _typecheck.is_model.
+    return is_model(tp)
 
 
 def _is_dataclass_type(tp: object) -> bool:

@@ -30,6 +30,7 @@ from ._maintenance import Maintenance
 from ._periodic import Scheduler
 from ._port import Backend, FiringPort
 from ._producer import Producer
+from ._registry import Registry
 from ._state import QueueBinding, QueueState, RunState, Settings, WorkerHealth
 from ._throughput import Throughput
 
@@ -102,11 +103,14 @@ class Supervisor:
         queues: Sequence[QueueBinding],
         backend: Backend,
         periodic: Sequence[tuple[Periodic, FiringPort]] = (),
+        registry: Registry | None = None,
     ) -> None:
         """Run until stopped; ``backend`` is closed when the run ends.
 
         ``periodic``: the schedules this worker fires (P1), each with the port
         of the queue it enqueues onto, in a task of their own.
+        ``registry``: where the run registers itself while it runs (V1), in a
+        task of its own; its rows are removed at the end of a graceful stop.
 
         Raises ``SchemaMissingError`` before claiming anything when a queue's
         tables are missing or older than the package (B5).
@@ -140,6 +144,8 @@ class Supervisor:
         if self.settings.vacuum_interval is not None:
             vacuums = Maintenance(run).vacuum(self.settings.vacuum_interval)
             background.append(loop.create_task(vacuums, name="alkstore-vacuum"))
+        if registry is not None:
+            background.append(loop.create_task(registry.run(), name="alkstore-registry"))
         if periodic:
             scheduler = Scheduler(run, periodic).run()
             background.append(loop.create_task(scheduler, name="alkstore-periodic"))
@@ -166,6 +172,8 @@ class Supervisor:
             await _cancel(listeners)
             await _shutdown.drain(run, completer)
             await throughput.flush()  # the last second's outcomes (W2)
+            if registry is not None:
+                await registry.remove()  # V1: a graceful stop leaves no row behind
         except BaseException:
             # run() itself was cancelled (or interrupted): no grace, but the
             # held jobs still go back at once rather than when their leases

@@ -24,6 +24,7 @@ from ..tasks import Tasks
 from ..tasks._dispatch import handlers_for
 from ..tasks._periodic import Periodic
 from ._handlers import HandlerSpec, inspect_handler
+from ._registry import Registry
 from ._state import Settings, WorkerHealth
 from ._store_port import StoreBackend
 from ._supervisor import Supervisor
@@ -179,7 +180,9 @@ class _Base:
     async def _run_on(self, backend: StoreBackend) -> None:
         bindings = [backend.bind(queue, spec) for queue, spec in self._queues]
         schedules = [(schedule, backend.port(schedule.queue)) for schedule in self._periodic]
-        await self._supervisor.run(bindings, backend, schedules)
+        queues = [queue for queue, _ in self._queues]
+        registry = Registry.of(self._settings.worker_id, self._settings.concurrency, queues)
+        await self._supervisor.run(bindings, backend, schedules, registry)
 
     def _claim_run(self) -> None:
         with self._run_lock:

@@ -112,7 +112,7 @@ async def create_order(body: OrderIn, session: SessionDep, fail: bool = False) -
     order = Order(email=body.email)
     session.add(order)
     await session.flush()  # assigns order.id
-    job_id = await send_receipt.defer(order_id=order.id, session=session)
+    job_id = await send_receipt.configure(session=session).defer(order_id=order.id)
     if fail:
         # Anything raised after the defer rolls back the order *and* its job.
         raise HTTPException(status_code=500, detail="payment declined (simulated)")

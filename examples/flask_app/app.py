@@ -97,7 +97,7 @@ def create_order() -> tuple[dict[str, Any], int]:
     order = Order(email=request.get_json()["email"])
     session.add(order)
     session.flush()  # assigns order.id
-    job_id = send_receipt.defer(order_id=order.id, session=session)
+    job_id = send_receipt.configure(session=session).defer(order_id=order.id)
     if request.args.get("fail"):
         # Anything raised before the commit rolls back the order *and* its job.
         abort(500, "payment declined (simulated)")

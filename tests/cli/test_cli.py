@@ -341,13 +341,12 @@ def test_cli_bad_url_names_its_source(bad: str) -> None:
     assert "--database-url" in one_line_error(alkstore("--database-url", bad, "stats", url=None), 2)
 
 
-@pytest.mark.parametrize("driver", ["asyncpg", "psycopg2"])
+@pytest.mark.parametrize("driver", ["psycopg2"])
 def test_o8_cli_url_of_another_driver_is_one_line(database_url: URL, driver: str) -> None:
-    """These drivers used to end in a traceback (a missing module, or a greenlet error)."""
+    """This driver used to end in a traceback (a missing module).  asyncpg is taken
+    by every command (V3: tests/cli/test_v3_cli.py)."""
     other = database_url.set(drivername=f"postgresql+{driver}")
     commands = [["stats"], ["jobs", "q"], ["migrate"], ["worker", "examples.tasks:worker"]]
-    if driver == "asyncpg":  # D1: `alkstore worker` takes it (tests/rules/test_d1_asyncpg.py)
-        commands.pop()
     for args in commands:
         line = one_line_error(alkstore(*args, url=other), 2)
         assert f"'postgresql+{driver}'" in line and "postgresql+psycopg://" in line, line

@@ -148,3 +148,43 @@ def test_demo_progress_redraws_in_place_on_a_terminal() -> None:
     assert text.count("\r\x1b[2K") == 2  # each draw erases the line it replaces
     assert "5/10  50%  half" in text and "10/10 100%  all" in text
     assert text.endswith("\n")
+
+
+def test_demo_is_quiet_about_its_deliberate_retries_unless_verbose(blank_database: URL) -> None:
+    quiet = demo("--orders", "60", url=blank_database)
+    assert quiet.returncode == 0, quiet.stderr
+    _assert_final_table(quiet.stdout, 60)  # the summary counts them instead
+    assert "retrying in" not in quiet.stderr and "dead-lettered" not in quiet.stderr, quiet.stderr
+    loud = demo("--orders", "60", "--verbose", url=blank_database)
+    assert loud.returncode == 0, loud.stderr
+    retried = int(_row(loud.stdout, "retried").split()[0])
+    assert loud.stderr.count("retrying in") == retried > 0, loud.stderr
+    assert "dead-lettered" in loud.stderr
+
+
+def test_demo_log_line_never_shares_the_bars_line() -> None:
+    import io
+    import logging
+
+    from alkstore_sa.cli import _demo_log
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    bar = Progress("receipts", 10, out, min_interval=0)
+    handler = _demo_log.DemoLogHandler(out)
+    handler.progress = bar
+    log = logging.getLogger("alkstore.test.demo")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        bar.update(3)
+        log.warning("a line of its own")
+        bar.update(4)
+    finally:
+        log.removeHandler(handler)
+    text = out.getvalue()
+    # The bar is erased (\r + erase line) before the record, then redrawn after it.
+    assert "3/10" in text and "\r\x1b[2Ka line of its own\n\r\x1b[2Kreceipts [" in text, repr(text)

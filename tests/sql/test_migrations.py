@@ -404,6 +404,48 @@ def test_s3_parked_expired_revision_keeps_every_job_up_and_down(blank_database: 
         eng.dispose()
 
 
+def test_v1_workers_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:
+    """0010 (the registry of workers, V1) on a store in use, claims in flight included."""
+    cfg = alembic_config(url=blank_database)
+    command.upgrade(cfg, "alkstore_0009_row_checks")
+    with connect(blank_database) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts,"
+                " visibility_timeout, priority) SELECT 'm', '\\x01',"
+                " statement_timestamp() - g * interval '1 s', 5, interval '30 s', g % 3"
+                " FROM generate_series(1, 10) AS g"
+            )
+        )
+        conn.commit()
+    command.upgrade(cfg, "head")
+    eng = create_engine(blank_database)
+    try:
+        with Store(eng) as store:
+            q = store.queue("m")
+            held = q.claim_batch("w", 3)
+            assert len(held) == 3
+            with connect(blank_database) as conn:
+                conn.execute(
+                    text(
+                        "INSERT INTO alkstore.workers (worker_id, hostname, pid, queues,"
+                        " concurrency, version) VALUES ('w', 'h', 1, ARRAY['m'], 3, '0')"
+                    )
+                )
+                conn.commit()
+            assert [w.in_flight for w in store.workers()] == [tuple(sorted(h.job.id for h in held))]
+            claimed = _every_job(blank_database)
+            command.downgrade(cfg, "alkstore_0009_row_checks")
+            assert "workers" not in tables_in(blank_database, "alkstore")
+            assert _every_job(blank_database) == claimed
+            command.upgrade(cfg, "head")
+            assert _every_job(blank_database) == claimed
+            assert store.workers() == []  # the registrations went with the table
+            assert all(h.ack() for h in held)  # the claims survived both ways
+    finally:
+        eng.dispose()
+
+
 # --- M2 ----------------------------------------------------------------------
 
 

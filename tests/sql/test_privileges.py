@@ -235,9 +235,14 @@ def test_privileges_worker_runtime_runs_under_the_worker_role(kind: str, roles: 
     try:
         wait_for(lambda: all(q.get_job(i) is None for i in ids[:5]), timeout=15)
         wait_for(lambda: q.get_job(ids[5]).status == "dead", timeout=15)  # type: ignore[union-attr]
+        # V1: it registered itself under the worker role, which may read the registry too.
+        me = running.worker.worker_id
+        wait_for(lambda: [w.worker_id for w in roles.owner.workers()] == [me], timeout=15)
+        assert [w.worker_id for w in roles.worker.workers()] == [me]
     finally:
         running.stop()
     assert q.get_job(ids[5]).last_error == "refused"  # type: ignore[union-attr]
+    assert roles.owner.workers() == []  # removed at the graceful stop
 
 
 def test_privileges_worker_runtime_under_the_app_role_claims_nothing(roles: Roles) -> None:

@@ -46,10 +46,22 @@ text: str = send_receipt(order_id=3)
 job_id = charge.defer(order_id=1)
 
 
+def in_a_request(session: Session) -> None:
+    # V6: the checked form inside a transaction.
+    jid: int = send_receipt.configure(session=session).defer(order_id=1, note="x")
+    jid = send_receipt.configure(session=session, opts=EnqueueOpts(delay=5)).defer(order_id=jid)
+    jid = charge.configure(opts=EnqueueOpts(priority=1)).defer(order_id=jid)
+    more: list[int] = send_receipt.configure(session=session).defer_many([{"order_id": jid}])
+    del more
+
+
 async def main(session: AsyncSession) -> None:
     n: int = await asend.defer(order_id=1)
     n = await acharge.defer(order_id=2)
     n = await asend.defer(order_id=1, session=session)
+    n = await asend.configure(session=session).defer(order_id=n)
+    n = await acharge.configure(session=session, opts=EnqueueOpts()).defer(order_id=n)
+    _ = await asend.configure(opts=EnqueueOpts(delay=1)).defer_many([{"order_id": n}])
     many: list[int] = await asend.defer_many([{"order_id": 1}])
     got: str = await asend(order_id=n + len(many))
     del got
