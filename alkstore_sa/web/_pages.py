@@ -18,11 +18,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .._calls import core as _core
+from .._calls import workers as worker_calls
 from .._calls.core import MAX_REQUEUE
 from .._db import dashboard as reads
 from .._db.address import StoreAddress
 from .._values.errors import SchemaMissingError
 from .._values.job import Job, QueueStats
+from .._values.workers import WorkerInfo
 from ._db import Cached
 from ._http import Refused, before_param, group_of, page, queue_name
 from ._render import DashboardBase
@@ -225,18 +227,22 @@ class Pages(DashboardBase):
     async def workers(self, request: Request) -> Response:
         address = self._address
 
-        def read(conn: Connection) -> tuple[datetime, list[Any], list[Any]]:
+        registered = worker_calls.listing(address.schema)
+
+        def read(conn: Connection) -> tuple[datetime, list[WorkerInfo], list[Any], list[Any]]:
             now = reads.clock(conn, address)
+            live = registered(conn)[:WORKERS_SHOWN]
             summary = reads.worker_loads(conn, address, WORKERS_SHOWN)
             jobs = reads.in_flight(conn, address, IN_FLIGHT_SHOWN)
-            return now, summary, jobs
+            return now, live, summary, jobs
 
-        now, summary, jobs = await self.runner.read(read)
+        now, live, summary, jobs = await self.runner.read(read)
         return self._render_text(
             request,
             "workers.html",
             title="Workers",
             now=now,
+            registered=live,
             summary=summary,
             jobs=jobs,
             summary_limit=WORKERS_SHOWN,
