@@ -102,19 +102,19 @@ jobs = Table(
     Column("trace_context", JSONB),
     # U1: the job's unique key; NULL for a job without one.
     Column("unique_key", Text),
-    # H1: a lower bound on claim_deadline, set by the claim and lowered (never
+    # Heartbeats without index churn: a lower bound on claim_deadline, set by the claim and lowered (never
     # raised) by a heartbeat that shortens the claim.  The lapse index keys on
     # this instead of claim_deadline, so a heartbeat that extends a claim
     # changes no indexed column and can be a HOT update (no index entries,
     # no dead index tuples for the claim to step over).  Internal: not a
     # Job field; the contract's deadline is claim_deadline.
     Column("deadline_floor", _TZ),
-    # S3: an expired pending row the claim has set aside for the sweep
+    # Parking: an expired pending row the claim has set aside for the sweep
     # (``_sql/claim.park``).  It stays pending and expired, as the contract
     # says, until sweep_expired() moves it (Q25); parking only takes it out
     # of the claim's index range, so claims stop reading it.  Internal.
     Column("parked", Boolean, nullable=False, server_default=text("false")),
-    # S3: the claim index's time key: run_at, or +infinity once parked (never
+    # Parking: the claim index's time key: run_at, or +infinity once parked (never
     # due, so never in the due range a claim scans).  Computed by PostgreSQL
     # from the row, so no statement that sets run_at can forget it; for an
     # unparked row it is run_at, so the claim order (Q9) is unchanged.
@@ -155,7 +155,7 @@ jobs = Table(
         "id",
         postgresql_where=text("status = 'pending'"),
     ),
-    # S3: expired pending rows not parked yet -- what a park looks for, and
+    # Parking: expired pending rows not parked yet -- what a park looks for, and
     # nothing else (rows without an expiry never enter it).
     Index(
         "jobs_park_ix",
@@ -164,7 +164,7 @@ jobs = Table(
         postgresql_where=text("status = 'pending' AND NOT parked AND expires_at IS NOT NULL"),
     ),
     # Migration 0007 also sets fillfactor = 70 on this table (room on each
-    # page for a heartbeat's HOT update, H1); not declared here, since
+    # page for a heartbeat's HOT update); not declared here, since
     # Alembic does not compare storage parameters.
     # Lapsed claims: reclaimed or dead-lettered before each claim (Q12).
     # Candidates by deadline_floor, each re-checked against claim_deadline.

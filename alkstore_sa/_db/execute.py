@@ -20,7 +20,7 @@ bound parameters and the same psycopg cursor call at the bottom:
   the engine says) and a dropped connection is invalidated in the pool just
   as ``exec_driver_sql`` would do it.
 
-On asyncpg (the async face's other driver, D1) every statement runs through
+On asyncpg (the async face's other driver, rule D1) every statement runs through
 ``Connection.execute``: the pre-rendered text is psycopg's (its ``%(name)s``
 placeholders and binary array dumps), and SQLAlchemy's asyncpg adapter
 already prepares and caches each statement on the server, so the cursor path

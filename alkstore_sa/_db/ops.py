@@ -202,7 +202,7 @@ def claim(
 
 
 def park(conn: Connection, *, address: QueueAddress, parker: Parker) -> int:
-    """S3: set aside up to ``PARK_LIMIT`` expired pending rows; how many were."""
+    """Set aside up to ``PARK_LIMIT`` expired pending rows; how many were."""
     params = {"p_queue": address.queue, "p_limit": PARK_LIMIT}
     count = len(fetch(conn, address, claim_sql.park(), params))
     parker.parked(count)
@@ -441,7 +441,7 @@ def store_stats(
     return {row[0]: _stats(row[0], row[1:]) for row in sorted(rows, key=lambda r: r[0])}
 
 
-# The worker's vacuum (L2): what one look at the jobs table did.
+# The worker's vacuum: what one look at the jobs table did.
 Vacuumed = Literal["vacuumed", "not needed", "busy", "not permitted"]
 # An advisory-lock class of this package's own (the first key of the pair).
 VACUUM_LOCK_CLASS = 0x616C6B  # "alk"

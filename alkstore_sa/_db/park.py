@@ -1,4 +1,4 @@
-"""When a queue's claims next set its expired rows aside (S3, ``_sql/claim.park``).
+"""When a queue's claims next set its expired rows aside (``_db/sql/claim.park``).
 
 An expired row that outranks the due ones is read by every claim until the
 sweep moves it (the claim index orders by priority, and only the row says

@@ -4,9 +4,8 @@ What they buy: the *cursor path* of ``_execute.py`` -- a store-owned
 (autocommit) statement, pre-rendered once by ``_sql/_render.py``, runs on the
 connection's psycopg cursor instead of ``Connection.execute``.  That skips
 SQLAlchemy's per-statement execution context, ``CursorResult`` and autobegin:
-about 75 us of client CPU per statement, a third of an enqueue (E1 client CPU
-279-290 -> 166-171 us, a D1 n=10 claim+ack batch 990 -> 406 us;
-docs/benchmarks.md, "Round 3").  The private members, and why each:
+about a third of an enqueue's client CPU (the figures, measured before and
+after, are in docs/benchmarks.md, "Round 3").  The private members, and why each:
 
 ``Connection._has_events``, ``Engine._has_events``, ``Dialect._has_events``
     Set by SQLAlchemy when an event listener of any kind exists.  The cursor

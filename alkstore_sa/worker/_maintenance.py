@@ -9,7 +9,7 @@ rows another transaction holds and are idempotent.  A sweep that fails is
 logged and tried again at the next interval; it never delays claims (its
 own task, never inside the producer loop).
 
-The vacuum (L2): every ``vacuum_interval`` seconds the worker
+The vacuum: every ``vacuum_interval`` seconds the worker
 looks at each of its stores' jobs table and, once it holds more than
 ``VACUUM_MIN_DEAD`` dead row versions plus ``VACUUM_LIVE_FRACTION`` of its
 live rows, VACUUMs it -- one worker at a time (an advisory lock).

@@ -9,7 +9,7 @@ When it claims (Q26):
   trip (``settle``, a moving average capped at ``SETTLE_CAP``): fast
   handlers get full claims -- one round trip and one plan per
   ``concurrency`` jobs -- and slow ones keep busy;
-- while the queue's handlers are short (``QueueState.ahead``, D3), one
+- while the queue's handlers are short (``QueueState.ahead``), one
   batch ahead of the free slots, sent the moment the previous one has all
   started;
 - when a job it knows of comes due (``QueueState.next_due``: its own
@@ -86,7 +86,7 @@ class Producer:
         next_poll = loop.time() + poll_interval
         while not self._run.stopping.is_set():
             now = loop.time()
-            # Free slots, plus the batch a queue of short handlers claims ahead (D3).
+            # Free slots, plus the batch a queue of short handlers claims ahead.
             free = concurrency + qs.ahead - qs.busy - qs.claiming - len(qs.ready)
             settle_at = next_poll
             if qs.answered:
@@ -104,7 +104,7 @@ class Producer:
             elif free > 0 and not qs.claiming and (qs.woken or qs.backlog):
                 prompt = qs.woken and not qs.backlog
                 if qs.ahead > 0:
-                    # Claiming ahead (D3): jobs waiting in ready fill each freed
+                    # Claiming ahead: jobs waiting in ready fill each freed
                     # slot at once, so no slot waits; the next batch goes out
                     # when they have all started, while the handlers still run.
                     go = prompt or not qs.ready

@@ -1,7 +1,7 @@
 """Shutdown: the grace for in-flight handlers, then their jobs given back (Q27).
 
 After a stop no new job is claimed, and jobs claimed ahead that have not
-started (D3) go back at once, like a release.  Handlers still running get
+started (claimed ahead) go back at once, like a release.  Handlers still running get
 ``shutdown_timeout`` seconds to finish and have their outcome recorded; a
 second stop ends the grace at once.  Past it, every job still running is
 released (back to pending, due now, the attempt not refunded) so another

@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 SETTLE_FIRST = 0.002  # a backlog's free slot waits about one claim round trip (seconds)
-# D3: a queue whose handlers take this long or less on average (seconds)
+# Claim-ahead: a queue whose handlers take this long or less on average (seconds)
 # claims one batch ahead of its free slots, so a claim's round trip overlaps
 # the running handlers instead of following them.
 AHEAD_MAX_RUN = 0.02
@@ -148,7 +148,7 @@ class QueueState:
     due_at: list[float] = field(default_factory=list)
 
     def ran(self, seconds: float, concurrency: int) -> None:
-        """Count one handler's run time; claim ahead while handlers are short (D3)."""
+        """Count one handler's run time; claim ahead while handlers are short."""
         self.run_avg = (
             seconds if self.run_avg == math.inf else self.run_avg + (seconds - self.run_avg) / 8
         )

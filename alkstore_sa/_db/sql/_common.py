@@ -45,7 +45,7 @@ MAX_ATTEMPTS_ERROR = "max attempts exceeded"
 _SET_ON_DEATH = ("last_error", "died_at", "errors")
 DEAD_COPY_COLUMNS = [c.name for c in dead_jobs.c if c.name not in _SET_ON_DEATH]
 # The live table's columns a caller reads, in LIVE_COLUMNS order: jobs.* less
-# the internal deadline_floor (H1).
+# the internal deadline_floor (heartbeats without index churn).
 LIVE = [jobs.c[name] for name in LIVE_COLUMNS]
 # The largest bigint: "before no id" when ``:before`` is NULL (bound, not pasted).
 MAX_ID = 2**63 - 1

@@ -41,7 +41,7 @@ backlog shape" has the EXPLAIN figures and the designs rejected):
 - rows held by live claims: not in ``jobs_claim_ix``, and past ``now`` in
   ``jobs_lapse_ix`` -- except claims that heartbeats kept alive past their
   first deadline: the lapse index keys on ``deadline_floor``, which a
-  heartbeat does not raise (so that heartbeats are HOT updates, H1), and
+  heartbeat does not raise (so that heartbeats are HOT updates), and
   each such claim is read once per claim statement and re-checked against
   its ``claim_deadline``.  That is bounded by the jobs in flight, not by the
   backlog;
@@ -177,7 +177,7 @@ def claim_walk() -> Update:
 
 @cache
 def park() -> Update:
-    """S3: set aside up to ``:limit`` of ``:queue``'s expired pending rows; RETURNING ids.
+    """Set aside up to ``:limit`` of ``:queue``'s expired pending rows; RETURNING ids.
 
     A parked row keeps its status, its expiry and every field a caller
     reads: it is still pending, still counted expired, and still moved to

@@ -1,4 +1,4 @@
-"""The worker's vacuum of the jobs table (L2): when, whether allowed, and how.
+"""The worker's vacuum of the jobs table: when, whether allowed, and how.
 
 PostgreSQL's autovacuum looks at a database once per ``autovacuum_naptime``
 (a minute by default, a server-wide setting): at hundreds of jobs a second
