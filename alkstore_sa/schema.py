@@ -103,11 +103,12 @@ jobs = Table(
     # U1: the job's unique key; NULL for a job without one.
     Column("unique_key", Text),
     # Heartbeats without index churn: a lower bound on claim_deadline, set by
-    # the claim and lowered (never raised) by a heartbeat that shortens the claim.  The lapse index keys on
-    # this instead of claim_deadline, so a heartbeat that extends a claim
-    # changes no indexed column and can be a HOT update (no index entries,
-    # no dead index tuples for the claim to step over).  Internal: not a
-    # Job field; the contract's deadline is claim_deadline.
+    # the claim and lowered (never raised) by a heartbeat that shortens the
+    # claim.  The lapse index keys on this instead of claim_deadline, so a
+    # heartbeat that extends a claim changes no indexed column and can be a
+    # HOT update (no index entries, no dead index tuples for the claim to
+    # step over).  Internal: not a Job field; the contract's deadline is
+    # claim_deadline.
     Column("deadline_floor", _TZ),
     # Parking: an expired pending row the claim has set aside for the sweep
     # (``_sql/claim.park``).  It stays pending and expired, as the contract
