@@ -335,7 +335,7 @@ def test_m1_u1_unique_keys_revision_keeps_every_job_up_and_down(blank_database: 
         eng.dispose()
 
 
-def test_h1_upgrade_gives_claims_in_flight_a_floor_so_their_lapse_is_seen(
+def test_hot_heartbeats_upgrade_gives_claims_in_flight_a_floor_so_their_lapse_is_seen(
     blank_database: URL,
 ) -> None:
     """0007 backfills deadline_floor from claim_deadline: a claim that was in
@@ -362,7 +362,7 @@ def test_h1_upgrade_gives_claims_in_flight_a_floor_so_their_lapse_is_seen(
         eng.dispose()
 
 
-def test_s3_parked_expired_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:
+def test_parking_parked_expired_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:
     """0008 (parked, claim_at; S3) on a store in use, parked rows included."""
     cfg = alembic_config(url=blank_database)
     command.upgrade(cfg, "alkstore_0007_hot_heartbeats")

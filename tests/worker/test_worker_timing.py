@@ -420,7 +420,7 @@ def test_o7_a_failed_sweep_is_tried_again_next_interval_and_claims_go_on() -> No
 # -- D3: short handlers claim one batch ahead ----------------------------------------
 
 
-def test_d3_short_handlers_claim_one_batch_ahead_so_claims_overlap_them() -> None:
+def test_claim_ahead_short_handlers_claim_one_batch_ahead_so_claims_overlap_them() -> None:
     async def scenario() -> None:
         db = FakeDB(asyncio.get_running_loop(), claim_latency=0.002)
         for _ in range(40):
@@ -436,7 +436,7 @@ def test_d3_short_handlers_claim_one_batch_ahead_so_claims_overlap_them() -> Non
     _run(scenario())
 
 
-def test_d3_long_handlers_never_claim_ahead() -> None:
+def test_claim_ahead_long_handlers_never_claim_ahead() -> None:
     async def scenario() -> None:
         db = FakeDB(asyncio.get_running_loop())
         for _ in range(12):
@@ -449,7 +449,7 @@ def test_d3_long_handlers_never_claim_ahead() -> None:
     _run(scenario())
 
 
-def test_d3_q27_jobs_claimed_ahead_go_back_at_stop_without_running() -> None:
+def test_q27_claim_ahead_jobs_claimed_ahead_go_back_at_stop_without_running() -> None:
     async def scenario() -> None:
         db = FakeDB(asyncio.get_running_loop())
         for _ in range(200):
@@ -486,7 +486,7 @@ def test_run_returns_when_a_cancelled_part_hides_its_cancellation_in_another_err
     _run(scenario())
 
 
-def test_d3_claims_ahead_in_whole_batches_when_handlers_end_one_by_one() -> None:
+def test_claim_ahead_claims_ahead_in_whole_batches_when_handlers_end_one_by_one() -> None:
     """Handlers of staggered lengths free their slots one at a time; jobs waiting
     in ready fill each at once, so the producer sends the next claim only when
     that batch has all started: whole batches, not a claim per freed slot."""

@@ -79,7 +79,7 @@ def _look(store: Store, min_dead: int, live_fraction: float = 0.0) -> Any:
     return run_call(store, core.vacuum_jobs(min_dead, live_fraction))
 
 
-def test_l2_vacuum_runs_once_dead_versions_pass_the_threshold(engine: Engine) -> None:
+def test_vacuum_runs_once_dead_versions_pass_the_threshold(engine: Engine) -> None:
     _churn(engine, 500)
     before = _vacuums(engine)
     with Store(engine) as store:
@@ -89,7 +89,7 @@ def test_l2_vacuum_runs_once_dead_versions_pass_the_threshold(engine: Engine) ->
     assert _vacuums(engine) == before + 1
 
 
-def test_l2_vacuum_counts_live_rows_into_the_threshold(engine: Engine) -> None:
+def test_vacuum_counts_live_rows_into_the_threshold(engine: Engine) -> None:
     _churn(engine, 500)
     with Store(engine) as store:
         store.queue("big").enqueue_many([b"x"] * 3_000)
@@ -100,7 +100,7 @@ def test_l2_vacuum_counts_live_rows_into_the_threshold(engine: Engine) -> None:
         assert _look(store, min_dead=100, live_fraction=0.1) == "vacuumed"
 
 
-def test_l2_vacuum_is_one_worker_at_a_time(engine: Engine) -> None:
+def test_vacuum_is_one_worker_at_a_time(engine: Engine) -> None:
     _churn(engine, 500)
     table = jobs_table(engine.dialect, "alkstore")
     with Store(engine) as store, engine.connect() as other:
@@ -115,13 +115,13 @@ def test_l2_vacuum_is_one_worker_at_a_time(engine: Engine) -> None:
         assert _look(store, min_dead=500) == "vacuumed"
 
 
-def test_l2_vacuum_statement_names_the_store_schema_quoted() -> None:
+def test_vacuum_statement_names_the_store_schema_quoted() -> None:
     assert jobs_table(postgresql.dialect(), "Odd Schema") == '"Odd Schema".jobs'
     assert vacuum_sql.vacuum('"Odd Schema".jobs').text == 'VACUUM "Odd Schema".jobs'
 
 
 @pytest.mark.parametrize("interval", [0.05, None])
-def test_l2_worker_vacuums_its_jobs_table_unless_told_not_to(
+def test_worker_vacuums_its_jobs_table_unless_told_not_to(
     engine: Engine, interval: float | None, caplog: pytest.LogCaptureFixture
 ) -> None:
     _churn(engine, 2_500)  # past the worker's threshold (2,000 + a fifth of the live rows)
@@ -161,7 +161,7 @@ def test_l2_worker_vacuums_its_jobs_table_unless_told_not_to(
     assert bool(vacuumed) is (interval is not None)
 
 
-async def test_l2_vacuum_through_the_async_store(engine: Engine, async_engine: Any) -> None:
+async def test_vacuum_through_the_async_store(engine: Engine, async_engine: Any) -> None:
     """The AsyncWorker's path: the async store's autocommit connection."""
     from alkstore_sa import AsyncStore
     from alkstore_sa.aio import queue_parts as async_parts

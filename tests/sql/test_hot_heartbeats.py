@@ -32,7 +32,7 @@ def _updates_in(conn: Connection, store: Store, call: Any) -> tuple[int, int]:
     return after[0] - before[0], after[1] - before[1]
 
 
-def test_h1_a_claim_sets_the_floor_to_its_deadline(engine: Engine) -> None:
+def test_hot_heartbeats_a_claim_sets_the_floor_to_its_deadline(engine: Engine) -> None:
     with Store(engine) as store:
         q = store.queue("h1")
         q.enqueue(b"x")
@@ -41,7 +41,7 @@ def test_h1_a_claim_sets_the_floor_to_its_deadline(engine: Engine) -> None:
         assert row["deadline_floor"] == row["claim_deadline"] is not None
 
 
-def test_h1_an_extending_heartbeat_is_a_hot_update(engine: Engine) -> None:
+def test_hot_heartbeats_an_extending_heartbeat_is_a_hot_update(engine: Engine) -> None:
     with Store(engine) as store:
         q = store.queue("h1", QueueOpts(visibility_timeout=30))
         q.enqueue_many([b"a", b"b", b"c"])

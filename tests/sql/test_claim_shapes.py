@@ -122,7 +122,7 @@ def _parked(engine: Engine, *job_ids: int) -> list[bool]:
     return [by_id[i] for i in job_ids]
 
 
-def test_s3_a_claim_parks_expired_rows_and_they_stay_pending_counted_and_sweepable(
+def test_parking_a_claim_parks_expired_rows_and_they_stay_pending_counted_and_sweepable(
     q: Any, engine: Engine
 ) -> None:
     expired = q.enqueue_many([b"x"] * 20, EnqueueOpts(priority=10, expires_in=3600))
@@ -137,7 +137,7 @@ def test_s3_a_claim_parks_expired_rows_and_they_stay_pending_counted_and_sweepab
     assert {dead_row(engine, i)["last_error"] for i in expired} == {"expired"}
 
 
-def test_s3_a_park_leaves_unexpired_held_and_locked_rows_alone(q: Any, engine: Engine) -> None:
+def test_parking_a_park_leaves_unexpired_held_and_locked_rows_alone(q: Any, engine: Engine) -> None:
     held = q.enqueue(b"h", EnqueueOpts(priority=10, expires_in=3600))
     assert _ids(q.claim_batch("w", 1)) == [held]
     later = q.enqueue(b"l", EnqueueOpts(priority=10, expires_in=3600))
@@ -152,7 +152,7 @@ def test_s3_a_park_leaves_unexpired_held_and_locked_rows_alone(q: Any, engine: E
     assert _parked(engine, held, later, locked, free) == [False, False, False, True]
 
 
-def test_s3_parking_runs_once_a_second_and_at_once_again_while_parks_come_back_full() -> None:
+def test_parking_parking_runs_once_a_second_and_at_once_again_while_parks_come_back_full() -> None:
     parker = Parker()
     assert parker.take() is True
     assert parker.take() is False  # within PARK_EVERY
@@ -341,7 +341,7 @@ def test_q9_the_claims_reads_do_not_grow_with_future_rows_that_outrank_the_due_o
 
 
 @pytest.mark.parametrize("form", ["chosen", "walk"])
-def test_s3_the_claims_reads_do_not_grow_with_parked_expired_rows_that_outrank_the_due_ones(
+def test_parking_the_claims_reads_do_not_grow_with_parked_expired_rows_that_outrank_the_due_ones(
     store: Store, engine: Engine, form: str
 ) -> None:
     stmt = _statements(engine)[form]

@@ -4,7 +4,7 @@ End to end against PostgreSQL, both workers: jobs claimed ahead of a free
 slot wait held (heartbeated) in the worker; at a stop the ones that never
 started go back to pending at once (released, Q27) and nothing stays
 ``processing``.  The claim sizes themselves are pinned on the virtual clock
-(tests/worker/test_worker_timing.py, ``test_d3_*``).
+(tests/worker/test_worker_timing.py, ``test_claim_ahead_*``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .._workers import KINDS, handler, start_worker, wait_for, worker_class
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_d3_q27_a_stop_gives_back_the_jobs_claimed_ahead_unrun(
+def test_q27_claim_ahead_a_stop_gives_back_the_jobs_claimed_ahead_unrun(
     kind: str, database_url: URL, engine: Engine
 ) -> None:
     with Store(engine) as store:
