@@ -6,8 +6,10 @@ from ._values.errors import (
     FailJob,
     HandleSpentError,
     InvalidNameError,
+    JobDeadError,
     RetryJob,
     SchemaMissingError,
+    SnoozeJob,
     StoreClosedError,
 )
 from ._values.job import Job, JobError, QueueStats, SweepResult
@@ -29,6 +31,7 @@ __all__ = [
     "HandleSpentError",
     "InvalidNameError",
     "Job",
+    "JobDeadError",
     "JobError",
     "JobHandle",
     "Periodic",
@@ -37,6 +40,7 @@ __all__ = [
     "QueueStats",
     "RetryJob",
     "SchemaMissingError",
+    "SnoozeJob",
     "Store",
     "StoreClosedError",
     "SweepResult",

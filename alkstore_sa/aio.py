@@ -241,6 +241,11 @@ class AsyncJobHandle(HandleFace[AsyncStore]):
         self._life.check_open()
         return await self._store._run(self._core.fail(error))
 
+    async def snooze(self, delay: float | timedelta) -> bool:
+        """Z1: pending again ``delay`` seconds from now, the attempt refunded, no error kept."""
+        self._life.check_open()
+        return await self._store._run(self._core.snooze(delay))
+
     async def heartbeat(self, extend: float | timedelta) -> bool:
         self._life.check_open()
         call = self._core.heartbeat(extend)

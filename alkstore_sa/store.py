@@ -219,6 +219,11 @@ class JobHandle(HandleFace[Store]):
         self._life.check_open()
         return self._store._run(self._core.fail(error))
 
+    def snooze(self, delay: float | timedelta) -> bool:
+        """Z1: pending again ``delay`` seconds from now, the attempt refunded, no error kept."""
+        self._life.check_open()
+        return self._store._run(self._core.snooze(delay))
+
     def heartbeat(self, extend: float | timedelta) -> bool:
         self._life.check_open()
         call = self._core.heartbeat(extend)

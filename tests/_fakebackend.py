@@ -227,6 +227,9 @@ class FakePort:
     async def fail(self, claim: ClaimKey, error: str | None, traceback: str | None) -> bool:
         return self.db.settle("fail", claim, error, None)
 
+    async def snooze(self, claim: ClaimKey, delay: float) -> bool:
+        return self.db.settle("retry", claim, None, delay)
+
     async def release(self, claim: ClaimKey) -> Released | None:
         return "released" if self.db.settle("release", claim, None, None) else None
 

@@ -198,6 +198,16 @@ class QueueCore:
             traceback=traceback,
         )
 
+    def snooze_claim(self, job_id: int, attempts: int, delay: float) -> Call[bool]:
+        """Z1 for a held claim, ``delay`` seconds (already checked) from now."""
+        return partial(
+            _ops.snooze,
+            address=self.address,
+            job_id=job_id,
+            attempts=attempts,
+            delay=as_interval(delay),
+        )
+
     def fail_claim(
         self, job_id: int, attempts: int, error: str | None, traceback: str | None
     ) -> Call[bool]:
@@ -371,7 +381,7 @@ class HandleCore:
     def _check_unspent(self) -> None:
         if self._spent:
             raise HandleSpentError(
-                f"job {self.job.id}: this handle already acked, retried or failed"
+                f"job {self.job.id}: this handle already acked, retried, failed or snoozed"
             )
 
     def _consuming(self, op: Call[T]) -> Call[T]:
@@ -424,6 +434,13 @@ class HandleCore:
         self._check_unspent()
         job = self.job
         return self._consuming(self.queue.fail_claim(job.id, job.attempts, text, traceback))
+
+    def snooze(self, delay: object) -> Call[bool]:
+        """Z1: one-shot like ack/retry/fail (Q20); ``delay`` >= 0 checked before SQL."""
+        seconds = v.duration(delay, "delay", allow_zero=True)
+        self._check_unspent()
+        job = self.job
+        return self._consuming(self.queue.snooze_claim(job.id, job.attempts, seconds))
 
     def heartbeat(self, extend: object) -> Call[bool] | None:
         """``None`` when spent: the face returns ``False`` without SQL (Q20)."""

@@ -252,6 +252,14 @@ def retry(
     return None if not rows else ("dead" if rows[0][1] == handle_sql.RETRIED_DEAD else "retried")
 
 
+def snooze(
+    conn: Connection, *, address: QueueAddress, job_id: int, attempts: int, delay: timedelta
+) -> bool:
+    """Z1: pending again after ``delay``, the attempt refunded; False when not held."""
+    params = {**_held(job_id, attempts), "p_delay": delay}
+    return bool(fetch(conn, address, handle_sql.snooze(), params))
+
+
 def fail(
     conn: Connection,
     *,

@@ -71,6 +71,13 @@ class Settler:
             failed = qs.port.fail(slot.key, outcome.error, trace)
             if await self._record(qs, slot, "fail", failed, outcome):
                 report.dead(qs, slot, outcome)
+        elif kind == "snoozed":
+            snoozed = qs.port.snooze(slot.key, outcome.delay)
+            if await self._record(qs, slot, "snooze", snoozed, outcome):
+                qs.due(self._run.loop.time() + outcome.delay)  # V5: claim it when due
+                report.snoozed(qs, slot, outcome)
+        elif kind == "cancelled":
+            report.cancelled(qs, slot)
         elif kind == "released":
             await self._release(qs, slot)
         else:

@@ -81,6 +81,13 @@ class QueuePort(Protocol):
         """
         ...
 
+    async def snooze(self, claim: ClaimKey, delay: float) -> bool:
+        """Z1 for a held claim: due ``delay`` seconds from now, attempt refunded.
+
+        False when the claim was gone.
+        """
+        ...
+
     async def fail(self, claim: ClaimKey, error: str | None, traceback: str | None) -> bool:
         """Q19 for a held claim; ``traceback`` into the history (B2).  False when it was gone."""
         ...

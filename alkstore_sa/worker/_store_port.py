@@ -97,6 +97,9 @@ class StorePort:
     async def fail(self, claim: ClaimKey, error: str | None, traceback: str | None) -> bool:
         return await self.runner.run(self._queue.fail_claim(*claim, error, traceback))
 
+    async def snooze(self, claim: ClaimKey, delay: float) -> bool:
+        return await self.runner.run(self._queue.snooze_claim(*claim, delay))
+
     async def release(self, claim: ClaimKey) -> Released | None:
         return await self.runner.run(self._queue.release(*claim))
 

@@ -41,6 +41,9 @@ CONTRACT_NAMES = {
     "AsyncTask",
     # P1
     "Periodic",
+    # Part 3: Z1, R3
+    "SnoozeJob",
+    "JobDeadError",
 }
 
 

@@ -53,6 +53,7 @@ __all__ = [
     "heartbeat_held",
     "release",
     "retry",
+    "snooze",
 ]
 
 RETRY_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
@@ -112,6 +113,28 @@ def retry() -> Select[tuple[int, str]]:
     )
     return select(requeued.c.id, literal(RETRIED, type_=Text)).union_all(  # type: ignore[return-value]
         select(buried.c.id, literal(RETRIED_DEAD, type_=Text))
+    )
+
+
+@cache
+def snooze() -> ReturningUpdate[tuple[int]]:
+    """Z1: back to pending at ``now + :delay`` with the attempt refunded.
+
+    No error is recorded (``last_error`` and the history stay as they
+    were): a snooze is not a failure.  ``expires_at`` is untouched, so a
+    job snoozed past its expiry is swept like any other (Q25).
+    """
+    return (
+        update(jobs)
+        .where(claim_is_held())
+        .values(
+            status="pending",
+            run_at=NOW + bindparam("p_delay", type_=Interval),
+            attempts=jobs.c.attempts - 1,
+            worker_id=None,
+            claim_deadline=None,
+        )
+        .returning(jobs.c.id)
     )
 
 
