@@ -179,6 +179,15 @@ class AsyncQueue(QueueFace[AsyncStore]):
         self._life.check_open()
         return await self._store._run(self._core.get_job(job_id))
 
+    async def wait(self, job_id: int, *, timeout: float | timedelta | None = None) -> Job | None:
+        """R3: the job's final ``Job`` once completed or dead; None once its row is
+        gone with nothing kept; ``TimeoutError`` at ``timeout`` (None: forever)."""
+        self._life.check_open()
+        checked = _core.wait_args(job_id, timeout)
+        from ._extras.waiters import wait_async  # the listener loads only for a wait
+
+        return await wait_async(self, *checked)
+
     async def sweep_expired(self) -> SweepResult:
         self._life.check_open()
         return await self._store._run(self._core.sweep_expired(), atomic=True)
@@ -229,9 +238,12 @@ class AsyncJobHandle(HandleFace[AsyncStore]):
 
     __slots__ = ()
 
-    async def ack(self, *, session: AsyncSessionLike | None = None) -> bool:
+    async def ack(
+        self, result: bytes | None = None, *, session: AsyncSessionLike | None = None
+    ) -> bool:
+        """Q16; R1: a job stamped with keep_completed is kept, with ``result``."""
         self._life.check_open()
-        return await self._store._run(self._core.ack(), session)
+        return await self._store._run(self._core.ack(result), session)
 
     async def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
         self._life.check_open()

@@ -157,6 +157,15 @@ class Queue(QueueFace[Store]):
         self._life.check_open()
         return self._store._run(self._core.get_job(job_id))
 
+    def wait(self, job_id: int, *, timeout: float | timedelta | None = None) -> Job | None:
+        """R3: the job's final ``Job`` once completed or dead; None once its row is
+        gone with nothing kept; ``TimeoutError`` at ``timeout`` (None: forever)."""
+        self._life.check_open()
+        checked = _core.wait_args(job_id, timeout)
+        from ._extras.waiters import wait_sync  # the listener loads only for a wait
+
+        return wait_sync(self, *checked)
+
     def sweep_expired(self) -> SweepResult:
         self._life.check_open()
         return self._store._run(self._core.sweep_expired(), atomic=True)
@@ -207,9 +216,10 @@ class JobHandle(HandleFace[Store]):
 
     __slots__ = ()
 
-    def ack(self, *, session: SyncSession | None = None) -> bool:
+    def ack(self, result: bytes | None = None, *, session: SyncSession | None = None) -> bool:
+        """Q16; R1: a job stamped with keep_completed is kept, with ``result``."""
         self._life.check_open()
-        return self._store._run(self._core.ack(), session)
+        return self._store._run(self._core.ack(result), session)
 
     def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
         self._life.check_open()

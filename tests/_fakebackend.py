@@ -212,6 +212,9 @@ class FakePort:
     async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
         return self.db.ack(claims)
 
+    async def ack_kept(self, claim: ClaimKey, result: bytes | None) -> bool:
+        return bool(self.db.ack([claim]))
+
     async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
         return self.db.extend(claims)
 

@@ -180,8 +180,21 @@ class QueueCore:
         """
         return partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
 
-    def ack_claim(self, job_id: int, attempts: int) -> Call[bool]:
-        """Ack one held claim (a session handler's ack, Q28); False when it was gone."""
+    def ack_claim(
+        self, job_id: int, attempts: int, *, kept: bool = False, result: bytes | None = None
+    ) -> Call[bool]:
+        """Ack one held claim (a session handler's ack, Q28); False when it was gone.
+
+        ``kept``: the job carries keep_completed, so it moves with ``result`` (R1).
+        """
+        if kept:
+            return partial(
+                _ops.ack_kept,
+                address=self.address,
+                job_id=job_id,
+                attempts=attempts,
+                result=result,
+            )
         return partial(_ops.ack, address=self.address, job_id=job_id, attempts=attempts)
 
     def retry_claim(
@@ -306,6 +319,7 @@ def _key_only(opts: EnqueueOpts) -> bool:
         and opts.run_at is None
         and opts.expires_in is None
         and opts.max_attempts is None
+        and opts.keep_completed is None
     )
 
 
@@ -351,6 +365,12 @@ def _status(value: object) -> JobStatus | None:
         if value == known:
             return known
     raise ValueError(f"status must be one of {', '.join(JOB_STATUSES)} or None, got {value!r}")
+
+
+def wait_args(job_id: object, timeout: object) -> tuple[int, float | None]:
+    """R3: a wait's job id and timeout (seconds, >= 0, or None), checked before SQL."""
+    seconds = None if timeout is None else v.duration(timeout, "timeout", allow_zero=True)
+    return v.job_id(job_id), seconds
 
 
 def queue_names(schema: str) -> Call[list[str]]:
@@ -407,9 +427,17 @@ class HandleCore:
     def _identity(self) -> dict[str, Any]:
         return {"address": self.queue.address, "job_id": self.job.id, "attempts": self.job.attempts}
 
-    def ack(self) -> Call[bool]:
+    def ack(self, result: object = None) -> Call[bool]:
+        """Q16; R1: a job stamped with keep_completed is kept with ``result``.
+
+        ``result`` (bytes-like or None) is checked before SQL; a job without
+        the stamp ignores it and is acked by the statement it always was.
+        """
+        data = None if result is None else v.payload(result, "result")
         self._check_unspent()
-        return self._consuming(self.queue.ack_claim(self.job.id, self.job.attempts))
+        job = self.job
+        kept = job.keep_completed is not None
+        return self._consuming(self.queue.ack_claim(job.id, job.attempts, kept=kept, result=data))
 
     def retry(
         self, error: object, delay: object, *, traceback: str | None = None

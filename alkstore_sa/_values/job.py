@@ -19,8 +19,8 @@ __all__ = [
     "SweepResult",
 ]
 
-JobStatus = Literal["pending", "processing", "dead"]
-JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "processing", "dead")
+JobStatus = Literal["pending", "processing", "dead", "completed"]
+JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "processing", "dead", "completed")
 
 # The live table's columns in table order: what ``RETURNING jobs.*`` yields.
 LIVE_COLUMNS = (
@@ -41,6 +41,7 @@ LIVE_COLUMNS = (
     "errors",
     "trace_context",
     "unique_key",
+    "keep_completed",
 )
 
 # B2: how many of a job's errors it keeps (the newest).
@@ -104,9 +105,28 @@ class Job:
     trace_context: dict[str, str] | None = field(default=None, repr=False)
     # U1: the key the job was enqueued with (kept by a dead letter), None without one.
     unique_key: str | None = None
+    # R1: what the job produced (a kept completed job only), else None.
+    result: bytes | None = field(default=None, repr=False)
+    # R1: when it was acked (a kept completed job only), else None.
+    finished_at: datetime | None = None
+    # R1: the stamp: seconds it is kept once acked; None = deleted at its ack.
+    keep_completed: float | None = None
 
     @classmethod
-    def from_live(cls, row: Sequence[Any], died_at: datetime | None = None) -> Job:
+    def from_row(cls, row: Sequence[Any]) -> Job:
+        """A row of the read shape: ``LIVE_COLUMNS``, then ``died_at``, ``result``,
+        ``finished_at`` (live, dead and kept completed rows alike)."""
+        *live, died_at, result, finished_at = row
+        return cls.from_live(live, died_at, result, finished_at)
+
+    @classmethod
+    def from_live(
+        cls,
+        row: Sequence[Any],
+        died_at: datetime | None = None,
+        result: bytes | None = None,
+        finished_at: datetime | None = None,
+    ) -> Job:
         """A row of ``LIVE_COLUMNS``, in that order (the claim's rows).
 
         Positional: a third of the cost of reading them by name, paid for
@@ -130,6 +150,7 @@ class Job:
             errors,
             trace_context,
             unique_key,
+            keep,
         ) = row
         return cls(
             id_,
@@ -140,7 +161,7 @@ class Job:
             run_at,
             attempts,
             max_attempts,
-            vt.total_seconds() if isinstance(vt, timedelta) else float(vt),
+            _seconds(vt),
             expires_at,
             worker_id,
             claim_deadline,
@@ -150,14 +171,25 @@ class Job:
             () if errors is None else _errors(errors),
             trace_context,
             unique_key,
+            None if result is None else bytes(result),
+            finished_at,
+            None if keep is None else _seconds(keep),
         )
 
 
+def _seconds(value: Any) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
 class SweepResult(NamedTuple):
-    """What ``sweep_expired()`` did: rows moved to dead as expired, dead rows purged."""
+    """What ``sweep_expired()`` did: rows moved to dead as expired, dead rows purged.
+
+    ``completed``: kept completed jobs deleted once their time was up (R1).
+    """
 
     expired: int
     purged: int
+    completed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,3 +213,5 @@ class QueueStats:
     dead: int
     oldest_due_age: float
     paused: bool
+    # R1: kept completed jobs not swept yet.
+    completed: int = 0

@@ -336,7 +336,7 @@ class _Dashboard:
             if status in ("due", "scheduled"):
                 params = {"p_queue": name, "p_before": before, "p_limit": PAGE_SIZE + 1}
                 found = rows(conn, schema, _sql.pending_page(status == "due"), params)
-                jobs = [Job.from_live(r[:-1], died_at=r[-1]) for r in found]
+                jobs = [Job.from_row(r) for r in found]
             else:
                 jobs = core.jobs(status or None, PAGE_SIZE + 1, before)(conn)
             return now, jobs
@@ -382,7 +382,7 @@ class _Dashboard:
                     "p_limit": PAGE_SIZE + 1,
                 }
                 found = rows(conn, schema, _sql.dead_page_matching(), params)
-                jobs = [Job.from_live(r[:-1], died_at=r[-1]) for r in found]
+                jobs = [Job.from_row(r) for r in found]
             return now, groups, jobs
 
         now, groups, jobs = await self.runner.read(read)

@@ -175,6 +175,15 @@ class Executor:
             return Outcome("lost", why="before the ack; the handler's writes rolled back")
         if slot.lost:
             return Outcome("lost", why="while the handler ran; not acked")
+        if slot.job.keep_completed is not None:  # R2: its return value is the result
+            value = fut.result()
+            if value is not None and not isinstance(value, bytes | bytearray | memoryview):
+                error = TypeError(
+                    f"handler returned a {type(value).__name__}; a job that keeps its "
+                    "result takes bytes or None"
+                )
+                return outcome_of(qs.binding.core.opts, slot.job, error)
+            return Outcome("acked", result=None if value is None else bytes(value))
         return ACKED
 
     def _timed_out(self, qs: QueueState, slot: Slot) -> Outcome:

@@ -66,6 +66,7 @@ class Outcome:
     timed_out: bool = False
     by_session: bool = False
     why: str = ""
+    result: bytes | None = None  # R2: what an acked job that keeps a result produced
 
 
 class Reports(Protocol):

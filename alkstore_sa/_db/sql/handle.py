@@ -14,6 +14,7 @@ from sqlalchemy import (
     ColumnElement,
     Integer,
     Interval,
+    LargeBinary,
     Select,
     Text,
     and_,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     func,
     literal,
     select,
+    true,
     update,
 )
 from sqlalchemy.sql.dml import ReturningDelete, ReturningUpdate
@@ -34,7 +36,9 @@ from ._common import (
     error_or,
     extend_claim,
     id_among,
+    keep_completed,
     move_to_dead,
+    notify_done,
     traceback_param,
     with_error,
 )
@@ -48,6 +52,7 @@ __all__ = [
     "RETRY_EXHAUSTED_ERROR",
     "ack",
     "ack_held",
+    "ack_kept",
     "fail",
     "heartbeat",
     "heartbeat_held",
@@ -68,6 +73,20 @@ RETRIED_DEAD = "dead"  # retry(): no attempt left, dead-lettered
 def ack() -> ReturningDelete[tuple[int]]:
     """Q16: an ack deletes the row."""
     return delete(jobs).where(claim_is_held()).returning(jobs.c.id)
+
+
+@cache
+def ack_kept() -> Select[tuple[int]]:
+    """R1: the ack of a job stamped with keep_completed: moved, with ``:result``.
+
+    The row leaves ``jobs`` and enters ``completed_jobs`` in one statement
+    (so in the ack's transaction), and ``:done_channel`` is told once (R3).
+    Returns the acked id (none when the claim is not held).
+    """
+    moved = delete(jobs).where(claim_is_held()).returning(*jobs.c).cte("acked")
+    kept = keep_completed(moved, bindparam("p_result", type_=LargeBinary), "kept")
+    told = notify_done(kept)
+    return select(moved.c.id).select_from(moved.outerjoin(told, true()))
 
 
 @cache

@@ -40,8 +40,14 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from ...schema import dead_jobs, jobs, paused_queues
-from ._common import NOW, dead_row_columns, live_row_columns, wake_once_if_any
+from ...schema import completed_jobs, dead_jobs, jobs, paused_queues
+from ._common import (
+    NOW,
+    completed_row_columns,
+    dead_row_columns,
+    live_row_columns,
+    wake_once_if_any,
+)
 
 __all__ = [
     "list_jobs",
@@ -102,6 +108,7 @@ def list_jobs() -> Select[Any]:
         branch(jobs, live_row_columns(), jobs.c.status == "pending", wanted("pending")),
         branch(jobs, live_row_columns(), jobs.c.status == "processing", wanted("processing")),
         branch(dead_jobs, dead_row_columns(), wanted("dead")),
+        branch(completed_jobs, completed_row_columns(), wanted("completed")),
     ).subquery("listed")
     return select(*rows.c).order_by(rows.c.id.desc()).limit(_limit())
 
@@ -143,6 +150,7 @@ def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
         "errors",
         "trace_context",
         "unique_key",
+        "keep_completed",  # R1: the stamp goes back with the job
     )
     source = (
         select(
