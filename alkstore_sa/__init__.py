@@ -11,13 +11,14 @@ from ._values.errors import (
     SchemaMissingError,
     SnoozeJob,
     StoreClosedError,
+    WorkerStartError,
 )
 from ._values.job import Job, JobError, QueueStats, SweepResult
 from ._values.opts import EnqueueOpts, QueueOpts
 from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
 from .store import JobHandle, Queue, Store
 from .tasks import AsyncTask, Periodic, Task, Tasks
-from .worker import AsyncWorker, Worker, WorkerHealth
+from .worker import AsyncWorker, Worker, WorkerHealth, run_processes
 
 __all__ = [
     "AlkstoreError",
@@ -48,7 +49,9 @@ __all__ = [
     "Tasks",
     "Worker",
     "WorkerHealth",
+    "WorkerStartError",
     "migrate",
+    "run_processes",
 ]
 
 __version__ = "0.1.0"

@@ -148,12 +148,19 @@ class AsyncQueue(QueueFace[AsyncStore]):
         self._life.check_open()
         return await self._store._run(self._core.enqueue_many(payloads, opts, unique_keys), session)
 
-    async def claim_one(self, worker_id: str) -> AsyncJobHandle | None:
-        handles = await self.claim_batch(worker_id, 1)
+    async def claim_one(
+        self, worker_id: str, *, session: AsyncSessionLike | None = None
+    ) -> AsyncJobHandle | None:
+        handles = await self.claim_batch(worker_id, 1, session=session)
         return handles[0] if handles else None
 
     async def claim_batch(
-        self, worker_id: str, n: int, *, max_batch_payload_bytes: int | None = None
+        self,
+        worker_id: str,
+        n: int,
+        *,
+        max_batch_payload_bytes: int | None = None,
+        session: AsyncSessionLike | None = None,
     ) -> list[AsyncJobHandle]:
         """Up to ``n`` jobs in claim order; ``max_batch_payload_bytes``: stop once
         their payloads add up to that many bytes (one job is always taken)."""
@@ -161,19 +168,21 @@ class AsyncQueue(QueueFace[AsyncStore]):
         call = self._core.claim(worker_id, n, max_batch_payload_bytes)
         if call is None:
             return []
-        jobs = await self._store._run(call)
+        jobs = await self._store._run(call, session)
         return [
             AsyncJobHandle(self._store, self._life, HandleCore(self._core, job)) for job in jobs
         ]
 
-    async def ack_batch(self, job_ids: Iterable[int]) -> int:
+    async def ack_batch(
+        self, job_ids: Iterable[int], *, session: AsyncSessionLike | None = None
+    ) -> int:
         self._life.check_open()
         call = self._core.ack_batch(job_ids)
-        return 0 if call is None else await self._store._run(call)
+        return 0 if call is None else await self._store._run(call, session)
 
-    async def cancel(self, job_id: int) -> bool:
+    async def cancel(self, job_id: int, *, session: AsyncSessionLike | None = None) -> bool:
         self._life.check_open()
-        return await self._store._run(self._core.cancel(job_id))
+        return await self._store._run(self._core.cancel(job_id), session)
 
     async def get_job(self, job_id: int) -> Job | None:
         self._life.check_open()
@@ -188,9 +197,10 @@ class AsyncQueue(QueueFace[AsyncStore]):
 
         return await wait_async(self, *checked)
 
-    async def sweep_expired(self) -> SweepResult:
+    async def sweep_expired(self, *, session: AsyncSessionLike | None = None) -> SweepResult:
+        """Q25; with ``session``, in the caller's transaction, else in one of its own."""
         self._life.check_open()
-        return await self._store._run(self._core.sweep_expired(), atomic=True)
+        return await self._store._run(self._core.sweep_expired(), session, atomic=True)
 
     async def jobs(
         self, status: JobStatus | None = None, *, limit: int = 100, before: int | None = None
@@ -245,23 +255,35 @@ class AsyncJobHandle(HandleFace[AsyncStore]):
         self._life.check_open()
         return await self._store._run(self._core.ack(result), session)
 
-    async def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
+    async def retry(
+        self,
+        error: str | None = None,
+        delay: float | timedelta | None = None,
+        *,
+        session: AsyncSessionLike | None = None,
+    ) -> bool:
         self._life.check_open()
-        return await self._store._run(self._core.retry(error, delay)) is not None
+        return await self._store._run(self._core.retry(error, delay), session) is not None
 
-    async def fail(self, error: str | None = None) -> bool:
+    async def fail(
+        self, error: str | None = None, *, session: AsyncSessionLike | None = None
+    ) -> bool:
         self._life.check_open()
-        return await self._store._run(self._core.fail(error))
+        return await self._store._run(self._core.fail(error), session)
 
-    async def snooze(self, delay: float | timedelta) -> bool:
+    async def snooze(
+        self, delay: float | timedelta, *, session: AsyncSessionLike | None = None
+    ) -> bool:
         """Z1: pending again ``delay`` seconds from now, the attempt refunded, no error kept."""
         self._life.check_open()
-        return await self._store._run(self._core.snooze(delay))
+        return await self._store._run(self._core.snooze(delay), session)
 
-    async def heartbeat(self, extend: float | timedelta) -> bool:
+    async def heartbeat(
+        self, extend: float | timedelta, *, session: AsyncSessionLike | None = None
+    ) -> bool:
         self._life.check_open()
         call = self._core.heartbeat(extend)
-        return False if call is None else await self._store._run(call)
+        return False if call is None else await self._store._run(call, session)
 
 
 # -- for the worker's backend: the store's own way of running an operation -----

@@ -55,6 +55,28 @@ metadata = MetaData(
 
 _TZ = DateTime(timezone=True)
 
+# Rows the library can load (migration 0009): every time within what Python
+# shows in any session time zone (validate.aware_datetime's range; infinity
+# fails both bounds), a visibility timeout of at most 10**9 s
+# (validate.MAX_SECONDS), errors a JSON array.  trace_context stays free: a
+# carrier the library cannot read starts a fresh trace (B3).
+# A claim could not hand out a row outside these: it failed to load, or
+# made the claim itself fail on the server.
+_EARLIEST = "'0001-01-02 00:00:00+00'::timestamptz"
+_LATEST = "'9999-12-30 00:00:00+00'::timestamptz"
+_MAX_VT = "'1000000000 seconds'::interval"
+_ERRORS_ARRAY = "errors IS NULL OR jsonb_typeof(errors) = 'array'"
+
+
+def _times(required: list[str], optional: list[str]) -> str:
+    def check(column: str) -> str:
+        return f"{column} >= {_EARLIEST} AND {column} <= {_LATEST}"
+
+    return " AND ".join(
+        [f"({check(c)})" for c in required] + [f"({c} IS NULL OR ({check(c)}))" for c in optional]
+    )
+
+
 jobs = Table(
     "jobs",
     metadata,
@@ -110,6 +132,19 @@ jobs = Table(
     CheckConstraint(
         "status = 'pending' OR (worker_id IS NOT NULL AND claim_deadline IS NOT NULL)",
         name="claimed",
+    ),
+    CheckConstraint(
+        _times(["run_at", "created_at"], ["expires_at", "claim_deadline", "deadline_floor"]),
+        name="times",
+    ),
+    CheckConstraint(f"visibility_timeout <= {_MAX_VT}", name="visibility_timeout_bound"),
+    CheckConstraint(_ERRORS_ARRAY, name="errors"),
+    # The claim's attempts + 1 never passes max_attempts (so never overflows):
+    # a pending row has an attempt left.  No statement writes a row outside
+    # this: a retry, release or lapse at the last attempt moves it to dead.
+    CheckConstraint(
+        "attempts <= max_attempts AND (status <> 'pending' OR attempts < max_attempts)",
+        name="attempts_left",
     ),
     # The claim walks this in its ORDER BY (Q9) and stops at LIMIT.
     # claim_at is run_at for every row a claim may take (see above).
@@ -182,6 +217,17 @@ dead_jobs = Table(
     # Added by 0004: the key the job had while it lived (U1), kept so a
     # requeue restores it.  Not unique here: dead letters hold no key.
     Column("unique_key", Text),
+    # Migration 0009: what a requeue copies back must pass jobs' checks.
+    CheckConstraint(
+        _times(["run_at", "created_at", "died_at"], ["expires_at", "claim_deadline"]),
+        name="times",
+    ),
+    CheckConstraint(
+        f"visibility_timeout > interval '0' AND visibility_timeout <= {_MAX_VT}",
+        name="visibility_timeout",
+    ),
+    CheckConstraint("max_attempts >= 1", name="max_attempts"),
+    CheckConstraint(_ERRORS_ARRAY, name="errors"),
     # Retention purges walk this (Q25).
     Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
     # Added by 0011: the job's R1 stamp, kept so a requeue restores it.

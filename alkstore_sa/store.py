@@ -126,12 +126,17 @@ class Queue(QueueFace[Store]):
         self._life.check_open()
         return self._store._run(self._core.enqueue_many(payloads, opts, unique_keys), session)
 
-    def claim_one(self, worker_id: str) -> JobHandle | None:
-        handles = self.claim_batch(worker_id, 1)
+    def claim_one(self, worker_id: str, *, session: SyncSession | None = None) -> JobHandle | None:
+        handles = self.claim_batch(worker_id, 1, session=session)
         return handles[0] if handles else None
 
     def claim_batch(
-        self, worker_id: str, n: int, *, max_batch_payload_bytes: int | None = None
+        self,
+        worker_id: str,
+        n: int,
+        *,
+        max_batch_payload_bytes: int | None = None,
+        session: SyncSession | None = None,
     ) -> list[JobHandle]:
         """Up to ``n`` jobs in claim order; ``max_batch_payload_bytes``: stop once
         their payloads add up to that many bytes (one job is always taken)."""
@@ -141,17 +146,17 @@ class Queue(QueueFace[Store]):
             return []
         return [
             JobHandle(self._store, self._life, HandleCore(self._core, job))
-            for job in self._store._run(call)
+            for job in self._store._run(call, session)
         ]
 
-    def ack_batch(self, job_ids: Iterable[int]) -> int:
+    def ack_batch(self, job_ids: Iterable[int], *, session: SyncSession | None = None) -> int:
         self._life.check_open()
         call = self._core.ack_batch(job_ids)
-        return 0 if call is None else self._store._run(call)
+        return 0 if call is None else self._store._run(call, session)
 
-    def cancel(self, job_id: int) -> bool:
+    def cancel(self, job_id: int, *, session: SyncSession | None = None) -> bool:
         self._life.check_open()
-        return self._store._run(self._core.cancel(job_id))
+        return self._store._run(self._core.cancel(job_id), session)
 
     def get_job(self, job_id: int) -> Job | None:
         self._life.check_open()
@@ -166,9 +171,10 @@ class Queue(QueueFace[Store]):
 
         return wait_sync(self, *checked)
 
-    def sweep_expired(self) -> SweepResult:
+    def sweep_expired(self, *, session: SyncSession | None = None) -> SweepResult:
+        """Q25; with ``session``, in the caller's transaction, else in one of its own."""
         self._life.check_open()
-        return self._store._run(self._core.sweep_expired(), atomic=True)
+        return self._store._run(self._core.sweep_expired(), session, atomic=True)
 
     def jobs(
         self, status: JobStatus | None = None, *, limit: int = 100, before: int | None = None
@@ -221,23 +227,29 @@ class JobHandle(HandleFace[Store]):
         self._life.check_open()
         return self._store._run(self._core.ack(result), session)
 
-    def retry(self, error: str | None = None, delay: float | timedelta | None = None) -> bool:
+    def retry(
+        self,
+        error: str | None = None,
+        delay: float | timedelta | None = None,
+        *,
+        session: SyncSession | None = None,
+    ) -> bool:
         self._life.check_open()
-        return self._store._run(self._core.retry(error, delay)) is not None
+        return self._store._run(self._core.retry(error, delay), session) is not None
 
-    def fail(self, error: str | None = None) -> bool:
+    def fail(self, error: str | None = None, *, session: SyncSession | None = None) -> bool:
         self._life.check_open()
-        return self._store._run(self._core.fail(error))
+        return self._store._run(self._core.fail(error), session)
 
-    def snooze(self, delay: float | timedelta) -> bool:
+    def snooze(self, delay: float | timedelta, *, session: SyncSession | None = None) -> bool:
         """Z1: pending again ``delay`` seconds from now, the attempt refunded, no error kept."""
         self._life.check_open()
-        return self._store._run(self._core.snooze(delay))
+        return self._store._run(self._core.snooze(delay), session)
 
-    def heartbeat(self, extend: float | timedelta) -> bool:
+    def heartbeat(self, extend: float | timedelta, *, session: SyncSession | None = None) -> bool:
         self._life.check_open()
         call = self._core.heartbeat(extend)
-        return False if call is None else self._store._run(call)
+        return False if call is None else self._store._run(call, session)
 
 
 # -- for the worker's backend: the store's own way of running an operation -----

@@ -17,19 +17,24 @@ from alkstore_sa import AsyncStore, Store
 from alkstore_sa.web import create_app
 
 CSRF_RE = re.compile(r'name="csrf" value="([^"]+)"')
+# A login-free dashboard answers only requests addressed to a loopback host (issue 24).
+BASE_URL = "http://127.0.0.1"
 
 
 @contextmanager
 def web_client(kind: str, engine: Engine, database_url: URL, **app_kw: Any) -> Iterator[TestClient]:
     """A TestClient on ``create_app`` over a sync ``Store`` or an ``AsyncStore``."""
     if kind == "sync":
-        with Store(engine) as store, TestClient(create_app(store, **app_kw)) as client:
+        with (
+            Store(engine) as store,
+            TestClient(create_app(store, **app_kw), base_url=BASE_URL) as client,
+        ):
             yield client
         return
     # NullPool: the async engine's connections never outlive the client's event loop.
     async_engine = create_async_engine(database_url, poolclass=NullPool)
     store = AsyncStore(async_engine)
-    with TestClient(create_app(store, **app_kw)) as client:
+    with TestClient(create_app(store, **app_kw), base_url=BASE_URL) as client:
         yield client
 
 
@@ -51,7 +56,7 @@ def post(client: TestClient, path: str, data: Any = None, **kw: Any) -> Any:
     )
     fields.append(("csrf", token(client)))
     headers = {
-        "Origin": "http://testserver",
+        "Origin": str(client.base_url).rstrip("/"),
         "Sec-Fetch-Site": "same-origin",
         **kw.pop("headers", {}),
     }

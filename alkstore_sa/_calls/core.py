@@ -378,9 +378,9 @@ def queue_names(schema: str) -> Call[list[str]]:
     return partial(_ops.queue_names, address=StoreAddress(schema))
 
 
-def store_stats(schema: str) -> Call[dict[str, QueueStats]]:
-    """O6: every such queue's stats, in one snapshot."""
-    return partial(_ops.store_stats, address=StoreAddress(schema))
+def store_stats(schema: str, *, recent: bool = False) -> Call[dict[str, QueueStats]]:
+    """O6: every such queue's stats, in one snapshot (``recent``: V2's listing too)."""
+    return partial(_ops.store_stats, address=StoreAddress(schema), recent=recent)
 
 
 class HandleCore:

@@ -49,10 +49,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+import psycopg
 from sqlalchemy import Connection, Executable
 
 from .sa_internals import asyncpg_unprepared, fast_path, raise_dbapi_error, unobserved
-from .sql._render import rendered
+from .sql._render import Rendered, rendered
 
 if TYPE_CHECKING:
     from .address import StoreAddress
@@ -103,7 +104,7 @@ def _fetch(
     bound = text.params(params)
     dbapi = conn.connection.dbapi_connection
     if dbapi is not None and dbapi.autocommit and unobserved(conn):
-        return _on_cursor(conn, dbapi, text.sql, bound)
+        return _on_cursor(conn, dbapi, text, bound)
     return list(conn.exec_driver_sql(text.sql, bound).all())
 
 
@@ -114,16 +115,25 @@ def _public(
     return list(result.all())
 
 
-def _on_cursor(conn: Connection, dbapi: Any, sql: str, params: dict[str, Any]) -> list[Row]:
-    cursor = dbapi.cursor()
+def _on_cursor(conn: Connection, dbapi: Any, text: Rendered, params: dict[str, Any]) -> list[Row]:
+    # A raw cursor (``$n`` placeholders) when the connection makes plain
+    # cursors: psycopg then has no ``%(name)s`` text to convert (see
+    # ``Rendered.raw``); the same statement, values and protocol otherwise.
+    # A connection made with another cursor_factory keeps its own cursors.
+    raw = text.raw is not None and getattr(dbapi, "cursor_factory", None) is psycopg.Cursor
+    cursor = psycopg.RawCursor(dbapi) if raw else dbapi.cursor()
     try:
-        cursor.execute(sql, params)
+        if raw:
+            assert text.raw is not None
+            cursor.execute(text.raw[0], text.positional(params))
+        else:
+            cursor.execute(text.sql, params)
         # Every statement of ours returns rows (RETURNING or SELECT).  Not
         # cursor.description: psycopg builds a Column object per column on
         # every read of it.
         rows: list[Row] = cursor.fetchall()
     except BaseException as exc:
-        raise_dbapi_error(conn, exc, sql, params, cursor)
+        raise_dbapi_error(conn, exc, text.sql, params, cursor)
     finally:
         cursor.close()
     return rows

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import Connection, Update
 
 from .._values.errors import AlkstoreError
-from .._values.job import Job, JobStatus, QueueStats, SweepResult
+from .._values.job import Job, JobStatus, QueueStats, SweepResult, decode_claimed, shown_row
 from .execute import fetch
 from .park import PARK_LIMIT, Parker
 from .sql import claim as claim_sql
 from .sql import enqueue as enqueue_sql
 from .sql import handle as handle_sql
-from .sql import operations as operations_sql
-from .sql import queue as queue_sql
+from .sql import queue_admin as queue_admin_sql
+from .sql import queue_wide as queue_wide_sql
 from .sql import stats as stats_sql
 from .sql import throughput as throughput_sql
 from .sql import vacuum as vacuum_sql
@@ -227,7 +227,13 @@ def claim(
         # the caller, would sit processing until their claims lapsed.
         park(conn, address=address, parker=parker)
     # RETURNING jobs.*: the live columns in table order (pinned by a test).
-    jobs = [Job.from_live(row) for row in fetch(conn, address, stmt, params)]
+    jobs, undecodable = decode_claimed(fetch(conn, address, stmt, params))
+    for job_id, why in undecodable:
+        # Dead at once, by id: a row no caller can be handed must not take
+        # its batch down with it (the others run on this attempt) nor come
+        # back at the next claim.
+        bury = {"p_job_id": job_id, "p_worker_id": worker_id, "p_error": why}
+        fetch(conn, address, handle_sql.bury_undecodable(), bury)
     # UPDATE ... RETURNING has no order; hand jobs out in claim order (Q9).
     jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
     return jobs
@@ -355,19 +361,19 @@ def ack_batch(conn: Connection, *, address: QueueAddress, job_ids: list[int]) ->
         "p_job_ids": job_ids,
         "p_done_channel": address.done_channel,
     }
-    return len(fetch(conn, address, queue_sql.ack_batch(), params))
+    return len(fetch(conn, address, queue_wide_sql.ack_batch(), params))
 
 
 def cancel(conn: Connection, *, address: QueueAddress, job_id: int) -> bool:
     params = {"p_queue": address.queue, "p_job_id": job_id}
-    return bool(fetch(conn, address, queue_sql.cancel(), params))
+    return bool(fetch(conn, address, queue_wide_sql.cancel(), params))
 
 
 def get_job(conn: Connection, *, address: QueueAddress, job_id: int) -> Job | None:
     params = {"p_queue": address.queue, "p_job_id": job_id}
-    rows = fetch(conn, address, queue_sql.get_job(), params)
+    rows = fetch(conn, address, queue_wide_sql.get_job(), params)
     # The live columns then died_at (pinned by a test).
-    return Job.from_row(rows[0]) if rows else None
+    return shown_row(rows[0]) if rows else None
 
 
 def record_outcomes(
@@ -379,19 +385,19 @@ def record_outcomes(
 
 
 def check_schema(conn: Connection, *, address: QueueAddress) -> None:
-    fetch(conn, address, queue_sql.schema_probe(), {})
+    fetch(conn, address, queue_wide_sql.schema_probe(), {})
 
 
 def sweep(conn: Connection, *, address: QueueAddress, retention: timedelta | None) -> SweepResult:
     """Q12 + Q25, in one transaction when the connection is the store's own."""
     queue = {"p_queue": address.queue}
-    fetch(conn, address, queue_sql.bury_lapsed(), queue)
-    expired = len(fetch(conn, address, queue_sql.bury_expired(), queue))
+    fetch(conn, address, queue_wide_sql.bury_lapsed(), queue)
+    expired = len(fetch(conn, address, queue_wide_sql.bury_expired(), queue))
     purged = 0
     if retention is not None:
         params = {**queue, "p_retention": retention}
-        purged = len(fetch(conn, address, queue_sql.purge_dead(), params))
-    completed = len(fetch(conn, address, queue_sql.purge_completed(), queue))
+        purged = len(fetch(conn, address, queue_wide_sql.purge_dead(), params))
+    completed = len(fetch(conn, address, queue_wide_sql.purge_completed(), queue))
     return SweepResult(expired=expired, purged=purged, completed=completed)
 
 
@@ -412,8 +418,8 @@ def list_jobs(
 ) -> list[Job]:
     """O1: newest first by id; live and dead rows in ``get_job``'s row shape."""
     params = {"p_queue": address.queue, "p_status": status, "p_limit": limit, "p_before": before}
-    rows = fetch(conn, address, operations_sql.list_jobs(), params, custom_plan=True)
-    return [Job.from_row(row) for row in rows]
+    rows = fetch(conn, address, queue_admin_sql.list_jobs(), params, custom_plan=True)
+    return [shown_row(row) for row in rows]
 
 
 def requeue_dead(
@@ -426,9 +432,9 @@ def requeue_dead(
         "p_channel": address.channel,
     }
     if job_ids is None:
-        stmt = operations_sql.requeue_dead_oldest()
+        stmt = queue_admin_sql.requeue_dead_oldest()
     else:
-        stmt = operations_sql.requeue_dead_ids()
+        stmt = queue_admin_sql.requeue_dead_ids()
         params["p_job_ids"] = job_ids
     [(moved, _woke)] = fetch(conn, address, stmt, params)
     return int(moved)
@@ -445,24 +451,24 @@ def purge_dead(
     queue = {"p_queue": address.queue}
     if job_ids is not None:
         params = {**queue, "p_job_ids": job_ids, "p_older_than": older_than}
-        [(count,)] = fetch(conn, address, operations_sql.purge_dead_ids(), params)
+        [(count,)] = fetch(conn, address, queue_admin_sql.purge_dead_ids(), params)
         return int(count)
     if older_than is not None:  # the retention purge of sweep_expired (Q25), as it is
         params = {**queue, "p_retention": older_than}
-        return len(fetch(conn, address, queue_sql.purge_dead(), params))
-    [(count,)] = fetch(conn, address, operations_sql.purge_dead_all(), queue)
+        return len(fetch(conn, address, queue_wide_sql.purge_dead(), params))
+    [(count,)] = fetch(conn, address, queue_admin_sql.purge_dead_all(), queue)
     return int(count)
 
 
 def pause(conn: Connection, *, address: QueueAddress) -> bool:
     """O4: True when this call paused the queue (False: it already was)."""
-    return bool(fetch(conn, address, operations_sql.pause(), {"p_queue": address.queue}))
+    return bool(fetch(conn, address, queue_admin_sql.pause(), {"p_queue": address.queue}))
 
 
 def resume(conn: Connection, *, address: QueueAddress) -> bool:
     """O4: True when this call lifted a pause (and woke the queue's workers)."""
     params = {"p_queue": address.queue, "p_channel": address.channel}
-    [(removed,)] = fetch(conn, address, operations_sql.resume(), params)
+    [(removed,)] = fetch(conn, address, queue_admin_sql.resume(), params)
     return bool(removed)
 
 
@@ -488,9 +494,15 @@ def queue_names(conn: Connection, *, address: StoreAddress) -> list[str]:
     )
 
 
-def store_stats(conn: Connection, *, address: StoreAddress) -> dict[str, QueueStats]:
-    """O6: every queue's stats from one statement (one snapshot for all), by sorted name."""
-    rows = fetch(conn, address, stats_sql.stats_all(), {}, custom_plan=True)
+def store_stats(
+    conn: Connection, *, address: StoreAddress, recent: bool = False
+) -> dict[str, QueueStats]:
+    """O6: every queue's stats from one statement (one snapshot for all), by sorted name.
+
+    ``recent``: also the queues with throughput in the last hour (V2, the dashboard).
+    """
+    stmt = stats_sql.stats_listed() if recent else stats_sql.stats_all()
+    rows = fetch(conn, address, stmt, {}, custom_plan=True)
     return {row[0]: _stats(row[0], row[1:]) for row in sorted(rows, key=lambda r: r[0])}
 
 

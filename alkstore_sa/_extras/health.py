@@ -47,7 +47,8 @@ def listen_family(host: str, port: int) -> tuple[socket.AddressFamily, str]:
 
 
 class _Handler(BaseHTTPRequestHandler):
-    read: Callable[[], WorkerHealth]  # set on the subclass HealthServer makes
+    read: Callable[[], Any]  # set on the subclass HealthServer makes
+    respond: Callable[[Any], tuple[int, dict[str, Any]]]  # what read() gives -> the answer
     server_version = "alkstore"
 
     def _answer(self, head_only: bool) -> None:
@@ -56,7 +57,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, body = 404, {"error": f"not found; the health check is {HEALTH_PATH}"}
         else:
             try:
-                status, body = health_response(self.read())
+                status, body = self.respond(self.read())
             except Exception as exc:  # never a dropped connection: a probe reads 503
                 log.warning("reading the worker's health failed", exc_info=True)
                 status, body = 503, {"healthy": False, "error": str(exc)}
@@ -80,16 +81,29 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class HealthServer:
-    """Serves ``read()`` at ``/healthz`` on ``host:port`` from a daemon thread.
+    """Serves ``respond(read())`` at ``/healthz`` on ``host:port`` from a daemon thread.
+
+    ``respond`` is ``health_response`` for a worker's ``health``; the X1
+    supervisor gives its own (every child in one answer).
 
     Binding happens in the constructor (an ``OSError`` there: the port is
     taken, the host is not this machine's); ``port`` is the bound one (so
     ``port=0`` picks a free port).  ``close()`` stops it.
     """
 
-    def __init__(self, read: Callable[[], WorkerHealth], host: str, port: int) -> None:
+    def __init__(
+        self,
+        read: Callable[[], Any],
+        host: str,
+        port: int,
+        respond: Callable[[Any], tuple[int, dict[str, Any]]] = health_response,
+    ) -> None:
         family, address = listen_family(host, port)
-        handler = type("HealthHandler", (_Handler,), {"read": staticmethod(read)})
+        handler = type(
+            "HealthHandler",
+            (_Handler,),
+            {"read": staticmethod(read), "respond": staticmethod(respond)},
+        )
 
         class Server(ThreadingHTTPServer):
             address_family = family

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 __all__ = [
@@ -17,6 +18,10 @@ __all__ = [
     "JobStatus",
     "QueueStats",
     "SweepResult",
+    "UNDECODABLE_ERROR",
+    "decode_claimed",
+    "shown",
+    "shown_row",
 ]
 
 JobStatus = Literal["pending", "processing", "dead", "completed"]
@@ -81,6 +86,107 @@ def _errors(stored: Any) -> tuple[JobError, ...]:
     )
 
 
+def _checked_errors(stored: Any) -> tuple[JobError, ...]:
+    """``_errors`` that refuses any entry not of the shape the library writes."""
+    errors = _errors(stored)
+    for entry in errors:
+        if not isinstance(entry.error, str | None) or not isinstance(entry.traceback, str | None):
+            raise TypeError("an errors entry's error/traceback is not text")
+    return errors
+
+
+# What a loaded time may be: one Python can show in every session time zone
+# (validate.aware_datetime's range; migration 0009 checks it in the table).
+_EARLIEST = datetime(1, 1, 2, tzinfo=UTC)
+_LATEST = datetime(9999, 12, 30, tzinfo=UTC)
+
+
+def _check_loaded(job: Job) -> None:
+    """Raise if ``job`` holds a value no caller could use (a row nobody validated).
+
+    asyncpg loads ``infinity`` as ``datetime.max``; ``errors`` may hold any
+    JSON array a foreign writer put there.  psycopg refuses out-of-range times
+    while loading (the constraints of migration 0009 keep them out).
+    """
+    for name in ("run_at", "created_at", "expires_at", "claim_deadline"):
+        value = getattr(job, name)
+        if value is None and name in ("expires_at", "claim_deadline"):
+            continue
+        if not isinstance(value, datetime) or not _EARLIEST <= value <= _LATEST:
+            raise ValueError(f"{name} {value!r} is outside {_EARLIEST.year}-{_LATEST.year}")
+    if job.status not in JOB_STATUSES:
+        raise ValueError(f"status {job.status!r} is not one of {JOB_STATUSES}")
+
+
+# last_error of a claimed row the library could not load (decode_claimed).
+UNDECODABLE_ERROR = "undecodable row"
+
+
+def _is_carrier(ctx: object) -> bool:
+    return isinstance(ctx, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in ctx.items()
+    )
+
+
+def decode_claimed(rows: Iterable[Sequence[Any]]) -> tuple[list[Job], list[tuple[int, str]]]:
+    """The claim's rows as ``Job`` values, one row at a time.
+
+    A row that cannot be made a usable ``Job`` does not fail the batch: it
+    comes back as ``(id, why)`` for the caller to dead-letter, and the
+    batch's other jobs are handed out.  The id is the row's first column, a
+    ``bigint`` every driver loads.
+    """
+    jobs: list[Job] = []
+    bad: list[tuple[int, str]] = []
+    for row in rows:
+        try:
+            job = Job.from_live(row, strict=True)
+            _check_loaded(job)
+            if job.trace_context is not None and not _is_carrier(job.trace_context):
+                # B3: a carrier nobody can read starts a fresh trace; the job runs.
+                job = dataclasses.replace(job, trace_context=None)
+        except Exception as exc:  # any failure to load is the row's
+            bad.append(
+                (
+                    int(row[0]),
+                    f"{UNDECODABLE_ERROR}: {type(exc).__name__}: {exc}".replace("\x00", "")[:500],
+                )
+            )
+        else:
+            jobs.append(job)
+    return jobs, bad
+
+
+def shown_row(row: Sequence[Any]) -> Job:
+    """A row of the read shape (``get_job``, listings): ``LIVE_COLUMNS``, then
+    ``died_at``, ``result``, ``finished_at`` -- live, dead and kept completed rows
+    alike (R1) -- shown as ``shown`` shows it."""
+    *live, died_at, result, finished_at = row
+    return shown(live, died_at, result, finished_at)
+
+
+def shown(
+    row: Sequence[Any],
+    died_at: datetime | None = None,
+    result: bytes | None = None,
+    finished_at: datetime | None = None,
+) -> Job:
+    """A row to show (listings, ``get_job``): never fails on its JSON columns.
+
+    An ``errors`` history or a trace context that cannot be read is shown
+    as none (``last_error``, a column of its own, still is), so a row a
+    foreign writer malformed is listed like any other instead of failing
+    the whole listing.
+    """
+    try:
+        return Job.from_live(row, died_at, result, finished_at)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        cleared = list(row)
+        cleared[_ERRORS_AT] = None
+        cleared[_TRACE_AT] = None
+        return Job.from_live(cleared, died_at, result, finished_at)
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """One job row as it was read (live or dead)."""
@@ -113,19 +219,14 @@ class Job:
     keep_completed: float | None = None
 
     @classmethod
-    def from_row(cls, row: Sequence[Any]) -> Job:
-        """A row of the read shape: ``LIVE_COLUMNS``, then ``died_at``, ``result``,
-        ``finished_at`` (live, dead and kept completed rows alike)."""
-        *live, died_at, result, finished_at = row
-        return cls.from_live(live, died_at, result, finished_at)
-
-    @classmethod
     def from_live(
         cls,
         row: Sequence[Any],
         died_at: datetime | None = None,
         result: bytes | None = None,
         finished_at: datetime | None = None,
+        *,
+        strict: bool = False,
     ) -> Job:
         """A row of ``LIVE_COLUMNS``, in that order (the claim's rows).
 
@@ -168,7 +269,7 @@ class Job:
             created_at,
             last_error,
             died_at,
-            () if errors is None else _errors(errors),
+            () if errors is None else (_checked_errors if strict else _errors)(errors),
             trace_context,
             unique_key,
             None if result is None else bytes(result),
@@ -179,6 +280,10 @@ class Job:
 
 def _seconds(value: Any) -> float:
     return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+_ERRORS_AT = LIVE_COLUMNS.index("errors")
+_TRACE_AT = LIVE_COLUMNS.index("trace_context")
 
 
 class SweepResult(NamedTuple):

@@ -33,7 +33,46 @@ _LATEST = datetime(9999, 12, 30, tzinfo=UTC)
 # key or a hex digest of a longer one.
 MAX_UNIQUE_KEY_BYTES = 1024
 
+# The longest error text kept (last_error, an errors entry's error and
+# traceback): a huge message helps nobody in a table column, and every page
+# and listing that shows it pays for its size.  Every entry point cuts to
+# it: the handle's retry/fail, RetryJob/FailJob, the Worker.
+MAX_ERROR_CHARS = 8000
+# A worker id names a process in listings and logs (host:pid:... by default).
+MAX_WORKER_ID_CHARS = 200
+
 Duration = float | int | timedelta
+
+
+def _encodable(text: str) -> bool:
+    """False for a lone surrogate: UTF-8 (and so PostgreSQL text) cannot hold it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def cut_error(text: str) -> str:
+    """Error text as stored: its first MAX_ERROR_CHARS characters."""
+    return text[:MAX_ERROR_CHARS]
+
+
+def storable_text(text: str) -> str:
+    """``text`` as PostgreSQL can hold it: NULs dropped, lone surrogates as ``\\udcxx``."""
+    text = text.replace("\x00", "")
+    if not _encodable(text):
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def stored_text(text: str) -> str:
+    """Text the library writes on a handler's behalf (an exception's message).
+
+    Never refused (the handler already failed; its job must still move):
+    ``storable_text``, cut to MAX_ERROR_CHARS.
+    """
+    return cut_error(storable_text(text))
 
 
 def _has_bad_char(text: str) -> bool:
@@ -45,6 +84,13 @@ def queue_name(name: object) -> str:
         raise InvalidNameError(f"queue name must be a str, got {type(name).__name__}")
     if not name:
         raise InvalidNameError("queue name must not be empty")
+    if not _encodable(name):
+        raise InvalidNameError("queue name is not valid Unicode (a lone surrogate)")
+    # One queue per name as it looks: "café" typed as one code point or as
+    # "e" + U+0301 (macOS file names, some keyboards) is the same queue.
+    # Migration 0009 moved existing rows to their names' NFC form.
+    if not unicodedata.is_normalized("NFC", name):
+        name = unicodedata.normalize("NFC", name)
     if len(name.encode("utf-8")) > MAX_NAME_BYTES:
         raise InvalidNameError(f"queue name is longer than {MAX_NAME_BYTES} bytes (UTF-8)")
     if _has_bad_char(name):
@@ -63,6 +109,10 @@ def worker_id(value: object) -> str:
         raise InvalidNameError("worker_id must not be empty or whitespace only")
     if "\x00" in value:
         raise InvalidNameError("worker_id must not contain NUL characters")
+    if len(value) > MAX_WORKER_ID_CHARS:
+        raise InvalidNameError(f"worker_id is longer than {MAX_WORKER_ID_CHARS} characters")
+    if not _encodable(value):
+        raise InvalidNameError("worker_id is not valid Unicode (a lone surrogate)")
     return value
 
 
@@ -137,14 +187,21 @@ def payload(value: object, what: str = "payload") -> bytes:
 
 
 def error_text(value: object, what: str = "error") -> str | None:
-    """Error strings are stored verbatim; PostgreSQL text cannot hold NUL."""
+    """Error strings are stored as given, cut to MAX_ERROR_CHARS.
+
+    PostgreSQL text cannot hold NUL, nor UTF-8 a lone surrogate: both are
+    refused here, before any SQL.
+    """
     if value is None:
         return None
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str or None, got {type(value).__name__}")
     if "\x00" in value:
         raise ValueError(f"{what} must not contain NUL characters (PostgreSQL text cannot)")
-    return value
+    text = cut_error(value)
+    if not _encodable(text):
+        raise ValueError(f"{what} is not valid Unicode (a lone surrogate)")
+    return text
 
 
 def unique_key(value: object, what: str = "unique_key") -> str:

@@ -19,6 +19,7 @@ from .._calls.core import MAX_LIST, MAX_REQUEUE
 from .._values import validate as _validate
 from .._values.errors import AlkstoreError, InvalidNameError, SchemaMissingError
 from .._values.job import JOB_STATUSES
+from .._values.text import printable
 from ..schema import DEFAULT_SCHEMA
 from ._db import SCHEMA_VAR, CliError, Database, resolve_schema, resolve_url
 
@@ -186,6 +187,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", metavar="MODULE:OBJ", help="e.g. myapp.tasks:worker")
     p.add_argument(
         "--concurrency", type=_positive_int, help="handler slots (overrides the worker's own)"
+    )
+    p.add_argument(
+        "--processes",
+        type=_positive_int,
+        metavar="N",
+        help="run N worker processes under one supervisor (X1), each its own worker; uses N cores",
     )
     p.add_argument(
         "--metrics-port",
@@ -477,13 +484,14 @@ def run(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     except InvalidNameError as exc:
-        print(f"alkstore: {exc}", file=sys.stderr)
+        print(f"alkstore: {printable(str(exc))}", file=sys.stderr)
         return 2
     except AlkstoreError as exc:  # e.g. migrate refusing tables another Alembic env installed
-        print(f"alkstore: {exc}", file=sys.stderr)
+        print(f"alkstore: {printable(str(exc))}", file=sys.stderr)
         return 1
     except DBAPIError as exc:  # the server went away mid-command, a permission, ...
-        print(f"alkstore: database error: {_first_line(exc)}", file=sys.stderr)
+        # The server's text may quote a row's values: escaped like any shown text.
+        print(f"alkstore: database error: {printable(_first_line(exc))}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

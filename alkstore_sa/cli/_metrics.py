@@ -22,7 +22,15 @@ from ..store import Store
 from ..worker import AsyncWorker, Worker
 from ._db import CliError, Database, open_engine
 
-__all__ = ["check_worker_ports", "cmd_metrics", "require_prometheus", "serve_worker_http"]
+__all__ = [
+    "announce",
+    "check_worker_ports",
+    "cmd_metrics",
+    "health_server",
+    "metrics_server",
+    "require_prometheus",
+    "serve_worker_http",
+]
 
 EXTRA_HINT = "install alkstore-sa[prometheus] (pip install 'alkstore-sa[prometheus]')"
 
@@ -47,7 +55,7 @@ def _cannot_listen(what: str, host: str, port: int, exc: OSError) -> CliError:
 
 
 @contextmanager
-def _metrics_server(registry: Any, host: str, port: int, what: str) -> Iterator[str]:
+def metrics_server(registry: Any, host: str, port: int, what: str) -> Iterator[str]:
     """``registry`` over HTTP on ``host:port`` (prometheus_client's server); yields its URL."""
     from prometheus_client import start_http_server
 
@@ -63,14 +71,18 @@ def _metrics_server(registry: Any, host: str, port: int, what: str) -> Iterator[
         thread.join(timeout=5)
 
 
-def _health_server(read: Callable[[], Any], host: str, port: int) -> HealthServer:
+def health_server(
+    read: Callable[[], Any], host: str, port: int, respond: Callable[[Any], Any] | None = None
+) -> HealthServer:
     try:
-        return HealthServer(read, host, port)
+        if respond is None:
+            return HealthServer(read, host, port)
+        return HealthServer(read, host, port, respond)
     except OSError as exc:
         raise _cannot_listen("/healthz", host, port, exc) from None
 
 
-def _announce(what: str, url: str) -> None:
+def announce(what: str, url: str) -> None:
     print(f"serving {what} at {url}", flush=True)
 
 
@@ -96,8 +108,8 @@ def cmd_metrics(args: argparse.Namespace, database: Database, schema: str) -> in
         store.queue_names()  # fail fast, in one line, on a schema never migrated
         collector = prom.StoreCollector(store, cache_seconds=args.cache_seconds)
         registry = prom._served_registry(None, collector)
-        with _metrics_server(registry, args.host, args.port, "metrics") as url:
-            _announce("alkstore queue metrics", url)
+        with metrics_server(registry, args.host, args.port, "metrics") as url:
+            announce("alkstore queue metrics", url)
             _wait_for_signal()
     return 0
 
@@ -121,14 +133,14 @@ def serve_worker_http(
                 collector = prom.StoreCollector(store)
             registry = prom._served_registry(REGISTRY, collector)
             url = stack.enter_context(
-                _metrics_server(registry, args.http_host, args.metrics_port, "metrics")
+                metrics_server(registry, args.http_host, args.metrics_port, "metrics")
             )
-            _announce("worker metrics", url)
+            announce("worker metrics", url)
         if args.health_port is not None:
             health = stack.enter_context(
-                _health_server(worker.health, args.http_host, args.health_port)
+                health_server(worker.health, args.http_host, args.health_port)
             )
-            _announce("worker health", health.url)
+            announce("worker health", health.url)
         yield
 
 

@@ -20,6 +20,7 @@ from typing import cast
 from .._calls.core import MAX_REQUEUE
 from .._values.job import Job, JobStatus, QueueStats
 from .._values.opts import QueueOpts
+from .._values.text import printable
 from ..store import Store
 from ._app import App, load_app, opts_for, warn_undeclared
 from ._commands import queue_name
@@ -85,7 +86,8 @@ def _stats_table(stats: Mapping[str, QueueStats], schema: str) -> str:
     for name, s in stats.items():
         oldest = _age(s.oldest_due_age) if s.due else "-"
         counts = (s.due, s.scheduled, s.processing, s.lapsed, s.expired, s.dead)
-        rows.append([name, *map(str, counts), oldest, "yes" if s.paused else "no"])
+        # A queue name read back may be any text someone inserted.
+        rows.append([printable(name), *map(str, counts), oldest, "yes" if s.paused else "no"])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
@@ -170,8 +172,10 @@ def _when(value: datetime | None) -> str:
 def _error(text: str | None, width: int = 60) -> str:
     if not text:
         return ""
+    # Escaped after the cut: an escape is never cut in half.
     one_line = " ".join(text.split())
-    return one_line if len(one_line) <= width else one_line[: width - 3] + "..."
+    cut = one_line if len(one_line) <= width else one_line[: width - 3] + "..."
+    return printable(cut)
 
 
 def _jobs_table(found: list[Job]) -> str:

@@ -14,12 +14,13 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection
 
 from .._db.address import StoreAddress
 from .._db.execute import fetch
-from ..schema import periodic as periodic_table
-from ..store import Store
+from .._db.sql import _common as common_sql
+from .._db.sql import periodic as periodic_sql
+from ..store import Store, run_call
 from ..tasks._periodic import Periodic
 from ..worker import AsyncWorker, Worker
 from ._db import CliError, Database, export_to_environment, open_engine
@@ -50,8 +51,8 @@ def _read(schema: str) -> Callable[[Connection], tuple[datetime, dict[str, datet
     address = StoreAddress(schema)
 
     def read(conn: Connection) -> tuple[datetime, dict[str, datetime]]:
-        now = fetch(conn, address, select(func.statement_timestamp()), {})[0][0]
-        rows = fetch(conn, address, select(periodic_table.c.name, periodic_table.c.last_slot), {})
+        now = fetch(conn, address, common_sql.clock(), {})[0][0]
+        rows = fetch(conn, address, periodic_sql.last_slots(), {})
         return now, {name: slot for name, slot in rows}
 
     return read
@@ -65,7 +66,7 @@ def cmd_periodic(args: argparse.Namespace, database: Database, schema: str) -> i
     export_to_environment(database, schema)
     schedules = _schedules(args.app)
     with open_engine(database) as engine, Store(engine, schema=schema) as store:
-        now, fired = store._run(_read(schema))
+        now, fired = run_call(store, _read(schema))
     rows: list[tuple[Periodic, datetime | None, datetime | None]] = []
     for p in schedules:
         try:

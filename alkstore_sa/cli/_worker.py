@@ -94,6 +94,10 @@ def cmd_worker(args: argparse.Namespace, database: Database, schema: str) -> int
         require_prometheus("--metrics-port")  # before anything is imported or bound
     _preflight(database, schema)
     export_to_environment(database, schema)
+    if getattr(args, "processes", None) is not None:  # X1: each child resolves the target
+        from ._processes import cmd_worker_processes
+
+        return cmd_worker_processes(args, database, schema)
     worker = resolve_worker(args.target, args.concurrency)
     with serve_worker_http(args, database, schema, worker):
         log.info("running %s; SIGTERM or Ctrl-C stops it gracefully", args.target)

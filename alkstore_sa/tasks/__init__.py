@@ -2,6 +2,7 @@
 and periodic jobs (P1)."""
 
 from ._codec import ENVELOPE_VERSION, InvalidEnvelope, decode_envelope, encode_envelope
+from ._dispatch import UnknownTaskError
 from ._periodic import Periodic
 from ._registry import Tasks
 from ._task import AsyncSessionTask, AsyncTask, SessionTask, Task, TaskBase
@@ -16,6 +17,7 @@ __all__ = [
     "Task",
     "TaskBase",
     "Tasks",
+    "UnknownTaskError",
     "decode_envelope",
     "encode_envelope",
 ]

@@ -22,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._values.errors import InvalidEnvelope
+
 __all__ = [
     "ENVELOPE_VERSION",
     "InvalidEnvelope",
@@ -33,8 +35,9 @@ __all__ = [
 ENVELOPE_VERSION = 1
 
 
-class InvalidEnvelope(ValueError):
-    """A payload that is not a version-1 task envelope."""
+# The deepest nesting an envelope may have: far beyond any real argument,
+# and far below what json's recursion (and the rebuilding after it) can take.
+MAX_DEPTH = 100
 
 
 def _pydantic_model() -> type | None:
@@ -121,13 +124,59 @@ def _load_structured(data: object, tp: type, where: str) -> Any:
         hints = {}
     built = {}
     for key, item in data.items():
-        inner, _ = _structured(hints.get(key))
-        built[key] = (
-            _load_structured(item, inner, f"{where}.{key}")
-            if inner is not None and item is not None
-            else item
-        )
+        hint = hints.get(key)
+        inner, _ = _structured(hint)
+        if inner is not None and item is not None:
+            built[key] = _load_structured(item, inner, f"{where}.{key}")
+        elif hint is not None and not _conforms(item, hint):
+            # The check defer makes (V6), made on the way back in: a field a
+            # foreign producer (or an older deploy) filled with the wrong type
+            # never reaches the task.
+            raise TypeError(f"{where}.{key}: expected {_hint_name(hint)}, got {item!r:.80}")
+        else:
+            built[key] = item
     return tp(**built)
+
+
+def _hint_name(hint: object) -> str:
+    return getattr(hint, "__name__", None) or str(hint)
+
+
+def _conforms(value: object, hint: object) -> bool:
+    """Whether decoded JSON ``value`` fits annotation ``hint`` (V6's types; others pass)."""
+    if hint is Any or hint is object:
+        return True
+    if hint is None or hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:  # JSON writes 1.0 as 1
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_conforms(value, a) for a in args)
+    if origin is typing.Literal:
+        return any(value == a and type(value) is type(a) for a in args)
+    if hint in (list, tuple) or origin in (list, tuple):
+        if not isinstance(value, list):
+            return False
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            return len(args) == len(value) and all(map(_conforms, value, args))
+        item = args[0] if args else Any
+        return all(_conforms(v, item) for v in value)
+    if hint is dict or origin is dict:
+        if not isinstance(value, dict):
+            return False
+        item = args[1] if len(args) == 2 else Any
+        return all(_conforms(v, item) for v in value.values())
+    inner, _ = _structured(hint)
+    if inner is not None:
+        return isinstance(value, dict)
+    return True  # a type V6 does not judge
 
 
 @dataclass(frozen=True)
@@ -230,6 +279,24 @@ def encode_envelope(name: str, data: Mapping[str, Any]) -> bytes:
     return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
 
 
+def _refuse_constant(name: str) -> Any:
+    """NaN and the infinities are not JSON, and ``encode_envelope`` never writes them."""
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _too_deep(value: object) -> bool:
+    """Whether ``value`` nests containers deeper than MAX_DEPTH (walked without recursion)."""
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth > MAX_DEPTH:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
 def decode_envelope(payload: bytes) -> tuple[str, dict[str, Any]]:
     """(task name, kwargs) of a version-1 envelope; ``InvalidEnvelope`` says what is wrong.
 
@@ -237,9 +304,13 @@ def decode_envelope(payload: bytes) -> tuple[str, dict[str, Any]]:
     producer may add some without breaking this worker.
     """
     try:
-        envelope = json.loads(payload)
+        envelope = json.loads(payload, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise InvalidEnvelope(f"nested deeper than {MAX_DEPTH} levels") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise InvalidEnvelope(f"not JSON ({exc})") from None
+    if _too_deep(envelope):
+        raise InvalidEnvelope(f"nested deeper than {MAX_DEPTH} levels")
     if not isinstance(envelope, dict):
         raise InvalidEnvelope(f"expected a JSON object, got {type(envelope).__name__}")
     version = envelope.get("v")

@@ -23,7 +23,7 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._values.errors import FailJob
+from .._values.errors import FailJob, UnknownTaskError
 from .._values.job import Job
 from ._codec import InvalidEnvelope, decode_envelope
 from ._registry import Tasks
@@ -32,17 +32,6 @@ from ._task import TaskBase
 __all__ = ["UnknownTaskError", "handlers_for"]
 
 Handler = Callable[..., Any]
-
-
-class UnknownTaskError(LookupError):
-    """A job names a task this worker does not have; retried (a newer deploy may have it)."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__(f"unknown task '{name}'")
-        self.name = name
-
-    def __str__(self) -> str:
-        return str(self.args[0])  # LookupError would quote it again
 
 
 def _resolve(job: Job, known: Mapping[str, TaskBase[Any]]) -> tuple[TaskBase[Any], dict[str, Any]]:

@@ -22,20 +22,20 @@ import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
-from functools import cache
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sqlalchemy import Connection, bindparam, func, select, update
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.sql.dml import ReturningInsert, ReturningUpdate
+from sqlalchemy import Connection
 
 from .._db.address import StoreAddress
 from .._db.execute import fetch
+from .._db.sql import _common as common_sql
+from .._db.sql import periodic as periodic_sql
 from .._values.opts import EnqueueOpts
 from ..aio import AsyncQueue
-from ..schema import periodic as periodic_table
+from ..aio import queue_parts as async_queue_parts
 from ..store import Queue
+from ..store import queue_parts as sync_queue_parts
 from ._task import TaskBase
 
 __all__ = ["ALIASES", "Fired", "Periodic"]
@@ -213,17 +213,18 @@ class Periodic:
         re-reads the row after the winner commits and finds nothing to do.
         """
         address = StoreAddress(self.queue.store.schema)
-        core = self.queue._core
+        queue = self.queue
+        _, core = sync_queue_parts(queue) if isinstance(queue, Queue) else async_queue_parts(queue)
 
         def fire(conn: Connection) -> Fired:
-            at = now or fetch(conn, address, select(func.statement_timestamp()), {})[0][0]
+            at = now or fetch(conn, address, common_sql.clock(), {})[0][0]
             slot = self.last_at_or_before(at)
             if slot is None:
                 return Fired(at, None, None)
             params = {"p_name": self.name, "p_slot": slot}
-            if fetch(conn, address, _first_sight(), params):
+            if fetch(conn, address, periodic_sql.first_sight(), params):
                 return Fired(at, None, None)
-            if not fetch(conn, address, _advance(), params):
+            if not fetch(conn, address, periodic_sql.advance(), params):
                 return Fired(at, None, None)
             job_id = core.enqueue(self.payload, EnqueueOpts(run_at=slot))(conn)
             return Fired(at, slot, job_id)
@@ -239,25 +240,3 @@ def _aware(dt: object) -> None:
         raise TypeError(f"expected a datetime, got {type(dt).__name__}")
     if dt.tzinfo is None or dt.utcoffset() is None:
         raise ValueError("expected an aware datetime (with tzinfo)")
-
-
-@cache
-def _first_sight() -> ReturningInsert[tuple[str]]:
-    table = periodic_table
-    return (
-        insert(table)
-        .values(name=bindparam("p_name"), last_slot=bindparam("p_slot"))
-        .on_conflict_do_nothing(index_elements=[table.c.name])
-        .returning(table.c.name)
-    )
-
-
-@cache
-def _advance() -> ReturningUpdate[tuple[str]]:
-    table = periodic_table
-    return (
-        update(table)
-        .where(table.c.name == bindparam("p_name"), table.c.last_slot < bindparam("p_slot"))
-        .values(last_slot=bindparam("p_slot"), updated_at=func.statement_timestamp())
-        .returning(table.c.name)
-    )

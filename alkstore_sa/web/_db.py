@@ -5,10 +5,10 @@ a slow count cannot hold a connection or a worker thread for long, and the
 setting ends with the transaction (the host application's pooled
 connections are never left changed).  A sync ``Store`` is driven from
 Starlette's thread pool, never on the event loop; an ``AsyncStore`` on the
-loop.  Reads are the store's own calls (the same ``_core`` calls the public
-methods run) plus the dashboard's few reads in ``_sql``; actions are the
-public ``Queue``/``AsyncQueue`` methods, given the transaction as
-``session=``.
+loop.  Reads are the store's own calls (the same calls the public methods
+run) plus the dashboard's few reads (``_db/dashboard.py``), all through the
+one execution path every operation takes; actions are the public
+``Queue``/``AsyncQueue`` methods, given the transaction as ``session=``.
 
 Counts are cached (``Cache``): each count is reused for a time that grows
 with what it cost -- ``CACHE_FACTOR`` times its duration, at least
@@ -27,16 +27,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sqlalchemy import Connection, Executable, Text, bindparam, func, literal, select
+from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
 
-from .._calls.core import Call
-from .._db.address import StoreAddress
+from .._calls.core import Call, QueueCore
+from .._db.dashboard import timeout_for_this_transaction
 from ..aio import AsyncStore
+from ..aio import queue_parts as async_queue_parts
 from ..aio import run_call as run_async_call
 from ..store import Store, run_call
+from ..store import queue_parts as sync_queue_parts
 
-__all__ = ["CACHE_MAX", "CACHE_MIN", "STATEMENT_TIMEOUT", "Cache", "Cached", "Runner", "rows"]
+__all__ = ["CACHE_MAX", "CACHE_MIN", "STATEMENT_TIMEOUT", "Cache", "Cached", "Runner"]
 
 T = TypeVar("T")
 
@@ -46,21 +48,9 @@ CACHE_MAX = 10.0
 CACHE_FACTOR = 20.0
 MAX_KEYS = 1000
 
-_SET_TIMEOUT = select(
-    func.set_config(
-        literal("statement_timeout", type_=Text), bindparam("p_timeout", type_=Text), True
-    )
-)
-
 
 def _timed(conn: Connection) -> None:
-    conn.execute(_SET_TIMEOUT, {"p_timeout": f"{int(STATEMENT_TIMEOUT * 1000)}ms"})
-
-
-def rows(conn: Connection, schema: str, stmt: Executable, params: dict[str, Any]) -> list[Any]:
-    """Run one of the dashboard's own reads on ``conn``, in the store's schema."""
-    options = StoreAddress(schema).execution_options
-    return list(conn.execute(stmt, params, execution_options=options).all())
+    timeout_for_this_transaction(conn, STATEMENT_TIMEOUT)
 
 
 class Runner:
@@ -76,6 +66,13 @@ class Runner:
     @property
     def schema(self) -> str:
         return self.store.schema
+
+    def queue_core(self, name: str) -> QueueCore:
+        """The calls of queue ``name`` (validates the name: ``InvalidNameError``)."""
+        store = self.store
+        if isinstance(store, Store):
+            return sync_queue_parts(store.queue(name))[1]
+        return async_queue_parts(store.queue(name))[1]
 
     async def read(self, call: Call[T]) -> T:
         """``call`` (a function of a sync ``Connection``) in a timed transaction of its own."""

@@ -14,7 +14,15 @@ Cross-site requests are refused twice over:
 ``auth(request) -> bool`` (or an awaitable bool) runs on every request,
 static files included; ``False`` gives 401.  ``BasicAuth`` is the ready one
 (``basic_auth_from_env()`` reads ``ALKSTORE_WEB_USER`` /
-``ALKSTORE_WEB_PASSWORD``).
+``ALKSTORE_WEB_PASSWORD``).  With no ``auth``, only requests addressed to a
+loopback host (``Host: localhost``, ``127.x.x.x``, ``[::1]``) are answered
+(``LoopbackOnly``): a DNS-rebinding page, whose requests carry its own host
+name, cannot read or drive a login-free dashboard.
+
+Every response, errors and static files included, carries ``HEADERS``: a
+CSP that allows only the dashboard's own files and no framing (the pages
+have no inline script or style), ``X-Frame-Options: DENY`` for older
+browsers, ``nosniff`` and a same-origin referrer policy.
 """
 
 from __future__ import annotations
@@ -23,21 +31,29 @@ import base64
 import binascii
 import hmac
 import inspect
+import ipaddress
 import os
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
 from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .._values.text import printable
 
 __all__ = [
     "CSRF_COOKIE",
     "CSRF_FIELD",
+    "HEADERS",
     "Auth",
     "AuthMiddleware",
     "BasicAuth",
+    "LoopbackOnly",
+    "SecurityHeaders",
+    "is_loopback_host",
     "basic_auth_from_env",
     "cross_site_reason",
     "csrf_token",
@@ -49,6 +65,12 @@ CSRF_COOKIE = "alkstore_csrf"
 CSRF_FIELD = "csrf"
 USER_VAR = "ALKSTORE_WEB_USER"
 PASSWORD_VAR = "ALKSTORE_WEB_PASSWORD"
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
 
 
 class BasicAuth:
@@ -154,3 +176,69 @@ def cross_site_reason(request: Request, form_token: object) -> str | None:
     ):
         return "cross-site request refused (missing or wrong CSRF token; reload the page)"
     return None
+
+
+class SecurityHeaders:
+    """Adds ``HEADERS`` to every HTTP response of ``app`` (set last: they win)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in HEADERS.items():
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, with_headers)
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost``, a 127.0.0.0/8 address or ``::1`` (bracketed in a Host header)."""
+    name = host.strip().rstrip(".").lower()
+    if name == "localhost":
+        return True
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(header: str) -> str:
+    """The host of a Host header, without its port (``[::1]:8000`` -> ``[::1]``)."""
+    if header.startswith("["):
+        end = header.find("]")
+        return header if end < 0 else header[: end + 1]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+class LoopbackOnly:
+    """With no ``auth``: 403 for a request whose Host is not a loopback name (see above)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = Headers(scope=scope).get("host", "")
+        if is_loopback_host(_host_name(host)):
+            await self.app(scope, receive, send)
+            return
+        shown = printable(host[:100]) or "(none)"
+        message = (
+            f"refused: this dashboard has no login, so it answers only requests addressed to "
+            f"localhost, 127.0.0.1 or [::1]; this one was addressed to {shown}. "
+            "Give create_app an auth= (or set ALKSTORE_WEB_USER and ALKSTORE_WEB_PASSWORD "
+            "for alkstore web) to serve it under another name; see docs/web.md."
+        )
+        await PlainTextResponse(message, status_code=403)(scope, receive, send)

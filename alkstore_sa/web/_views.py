@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC as _UTC
@@ -22,6 +24,7 @@ __all__ = [
     "payload_view",
     "preview",
     "stamp",
+    "task_name",
     "url_for",
 ]
 
@@ -74,6 +77,34 @@ def ago(when: datetime | None, now: datetime) -> str:
         return ""
     delta = (now - when).total_seconds()
     return f"{duration(delta)} ago" if delta >= 0 else f"in {duration(-delta)}"
+
+
+# A task envelope (T1) as this package writes it, ``{"v":1,"task":"NAME",...``, read
+# from the payload's first bytes; others (another producer's key order or
+# spacing) are decoded in full when small enough.
+_ENVELOPE_HEAD = re.compile(rb'^\{\s*"v"\s*:\s*1\s*,\s*"task"\s*:\s*("(?:[^"\\]|\\.){1,400}")')
+_ENVELOPE_DECODED = 64 * 1024
+
+
+def task_name(payload: bytes) -> str | None:
+    """T1: the task a payload's envelope names, or None when it is not one (V2)."""
+    if not payload.startswith(b"{"):
+        return None
+    found = _ENVELOPE_HEAD.match(payload[:1024])
+    try:
+        if found is not None:
+            name = json.loads(found.group(1))
+        elif len(payload) <= _ENVELOPE_DECODED:
+            envelope = json.loads(payload)
+            version = envelope.get("v") if isinstance(envelope, dict) else None
+            if version != 1 or isinstance(version, bool):
+                return None
+            name = envelope.get("task")
+        else:
+            return None
+    except (ValueError, RecursionError):
+        return None
+    return name if isinstance(name, str) and name else None
 
 
 def _printable(text: str) -> bool:

@@ -16,7 +16,7 @@ import types
 from dataclasses import dataclass
 from typing import Any
 
-from ._handlers import MAX_ERROR_CHARS
+from .._values.validate import MAX_ERROR_CHARS, storable_text
 
 __all__ = ["MAX_CHARS", "Trace", "bounded", "cut"]
 
@@ -113,14 +113,14 @@ def bounded(exc: BaseException) -> Trace:
 def _shown(exc: BaseException) -> tuple[BaseException, str]:
     """``exc`` or a stand-in, and its formatted traceback: at most ``MAX_CHARS``."""
     if _chain_chars(exc) <= MAX_CHARS:
-        text = "".join(tb.format_exception(exc)).replace("\x00", "")
+        text = storable_text("".join(tb.format_exception(exc)))
         if len(text) <= MAX_CHARS:
             return exc, text
     frames = _frames(exc.__traceback__)
     kept = len(frames)
     while True:
         standin = _standin(exc, frames, kept)
-        text = "".join(tb.format_exception(standin)).replace("\x00", "")
+        text = storable_text("".join(tb.format_exception(standin)))
         if len(text) <= MAX_CHARS or kept == 0:
             return standin, cut(text)
         kept //= 2

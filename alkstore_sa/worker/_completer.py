@@ -163,12 +163,20 @@ class Completer(Settler):
                 for qs, items in failed.items():
                     self._pending[qs] = items + self._pending.get(qs, [])
                 self._wake.set()
-                await asyncio.sleep(delay)
+                await self._backoff(delay)
                 delay = min(delay * 2, RETRY_CAP)
                 continue
             delay = RETRY_FIRST
             if not self._pending:
                 self._idle.set()
+
+    async def _backoff(self, seconds: float) -> None:
+        """Wait ``seconds`` -- or, if another call lands meanwhile, until the floor
+        (``RETRY_FIRST``) after the failure: at once, but never a spin."""
+        loop = asyncio.get_running_loop()
+        floor = loop.time() + RETRY_FIRST
+        if await self._run.backoff(seconds):
+            await asyncio.sleep(max(0.0, floor - loop.time()))
 
     async def _flush(self, batch: Pending) -> Pending:
         failed: Pending = {}
@@ -181,8 +189,10 @@ class Completer(Settler):
                 log.warning(
                     "acking %d job(s) of %s failed: %s; will retry", len(items), qs.name, exc
                 )
+                self._run.db_failed()  # counted, and its success below ends others' backoffs
                 failed[qs] = items
                 return
+            self._run.db_ok()
             for (job_id, _), fut in items:
                 if not fut.done():
                     fut.set_result(job_id in acked)

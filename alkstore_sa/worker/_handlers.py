@@ -14,6 +14,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .._values.validate import stored_text
+
 __all__ = [
     "HandlerSpec",
     "Scope",
@@ -29,10 +31,6 @@ __all__ = [
 T = TypeVar("T")
 # The observers' scope around a handler's run (B3 spans), None for none.
 Scope = AbstractContextManager[object] | None
-
-# PostgreSQL text cannot hold NUL, and a huge traceback-sized message helps
-# nobody in a table column: keep the first 8000 characters.
-MAX_ERROR_CHARS = 8000
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,12 +94,11 @@ def stored_error(error: object) -> str | None:
 
     Unlike the handle methods' ``error`` argument, which must be a string, a
     handler may raise with any object: it is stored as its ``str()``, NULs
-    dropped, cut to ``MAX_ERROR_CHARS``.
+    dropped, lone surrogates escaped, cut to ``validate.MAX_ERROR_CHARS``.
     """
     if error is None:
         return None
-    text = error if isinstance(error, str) else str(error)
-    return text.replace("\x00", "")[:MAX_ERROR_CHARS]
+    return stored_text(error if isinstance(error, str) else str(error))
 
 
 def exception_text(exc: BaseException) -> str:

@@ -106,10 +106,8 @@ class _ListenLoop:
 
     async def run(self) -> None:
         """Listen until cancelled, reconnecting when the connection drops."""
-        loop = asyncio.get_running_loop()
         delay = RECONNECT_FIRST
         while True:
-            started = loop.time()
             self._listening = False
             try:
                 await self._listen_once()
@@ -123,8 +121,12 @@ class _ListenLoop:
                 if self._listening:
                     self._on_listening(False)
                 await self._close()
-            # A connection that stayed up a while resets the backoff.
-            if self._listening and loop.time() - started >= RECONNECT_CAP:
+            # LISTEN was established (the first success after failed
+            # connects): the backoff restarts from its floor, so a connection
+            # killed after the fault ended is back at once, not after a wait
+            # grown while the server refused.  Only connects that fail in a
+            # row back off further (up to the cap).
+            if self._listening:
                 delay = RECONNECT_FIRST
             await asyncio.sleep(delay)
             delay = min(delay * 2, RECONNECT_CAP)

@@ -20,12 +20,16 @@ When it claims (Q26):
 A failed claim is logged and retried after a delay that doubles with each
 failure in a row, from ``poll_interval`` up to ``BACKOFF_CAP`` (B5); wakes
 do not cut it short, so a database outage (or tables dropped mid-run) is
-never a busy loop, and never silent.  Only the listener's LISTEN being
-(re)established does: the database answers again (a restart, a failover to
-a promoted standby), and a backoff grown during the outage would otherwise
-idle the worker up to ``BACKOFF_CAP`` after it came back.  That happens at
-most once per listener reconnect (which backs off on its own), and the
-failure count carries on, so a claim that still fails waits longer again.
+never a busy loop, and never silent.  The database answering again does
+(``QueueState.answered``): the listener's LISTEN (re)established (a
+restart, a failover to a promoted standby), or any other call of the run
+succeeding after failures (``RunState.db_ok``) -- a backoff grown during
+the fault would otherwise idle the worker for up to ``BACKOFF_CAP`` after
+it ended (seen as a second-long claim latency tail once backend kills
+stopped).  The next claim then goes out at once and the backoff restarts
+from its floor; a backoff is cut short at most once a ``poll_interval``,
+so a queue whose claims still fail while other calls succeed polls at
+its floor and never spins.
 
 A claim gets ``CLAIM_TIMEOUT`` seconds for its reply.  A peer that went
 silent without a reset (a blackholed path, a frozen server) would
@@ -71,6 +75,7 @@ class Producer:
         self._executor = executor
         self._failures = 0  # claims failed in a row
         self._backoff_until = -math.inf  # loop time before which no claim is tried
+        self._cut_at = -math.inf  # when the last backoff was cut short by an answer
 
     async def run(self) -> None:
         """Claim until the run stops."""
@@ -84,9 +89,16 @@ class Producer:
             # Free slots, plus the batch a queue of short handlers claims ahead (D3).
             free = concurrency + qs.ahead - qs.busy - qs.claiming - len(qs.ready)
             settle_at = next_poll
-            if qs.relistened:
-                qs.relistened = False
-                self._backoff_until = -math.inf
+            if qs.answered:
+                qs.answered = False
+                self._failures = 0  # the next failure waits the floor again
+                if now < self._backoff_until:
+                    # At once -- but at most once a poll interval: a queue whose
+                    # claims keep failing while other calls succeed polls at its
+                    # floor, it never spins on their successes.
+                    cut = max(now, self._cut_at + poll_interval)
+                    self._backoff_until = min(self._backoff_until, cut)
+                    self._cut_at = self._backoff_until
             if now < self._backoff_until:
                 settle_at = next_poll = self._backoff_until
             elif free > 0 and not qs.claiming and (qs.woken or qs.backlog):

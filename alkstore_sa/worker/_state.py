@@ -129,7 +129,9 @@ class QueueState:
     binding: QueueBinding
     signal: asyncio.Event = field(default_factory=asyncio.Event)
     woken: bool = False  # a wake or re-poll: claim what is free, now
-    relistened: bool = False  # LISTEN was (re)established: a claim backoff ends now
+    # The database answered again (LISTEN re-established, or any call that
+    # succeeded after failures): a claim backoff ends now, from its floor.
+    answered: bool = False
     backlog: bool = False  # the last claim came back full: refill in batches
     busy: int = 0  # slots taken by running handlers
     claiming: int = 0  # slots reserved by the claim in flight
@@ -217,8 +219,32 @@ class RunState:
     def held(self) -> list[Slot]:
         return [slot for qs in self.queues for slot in qs.held.values()]
 
+    # Replaced by a fresh one each time the database answers after failures
+    # (``database_answered``): a part sleeping out a backoff waits on it
+    # (``backoff``), so no backoff computed during a fault outlives it.
+    recovery: asyncio.Event = field(default_factory=asyncio.Event)
+
     def db_ok(self) -> None:
-        self.db_errors = 0
+        if self.db_errors:
+            self.db_errors = 0
+            self.database_answered()
+
+    def database_answered(self) -> None:
+        """The first success after failures: every backoff ends now and restarts from its floor."""
+        for qs in self.queues:
+            qs.answered = True
+            qs.wake()  # claim now: the wait was the backoff's, not the queue's
+        ended, self.recovery = self.recovery, asyncio.Event()
+        ended.set()
+
+    async def backoff(self, seconds: float) -> bool:
+        """Sleep ``seconds``, or less if the database answers meanwhile (then True)."""
+        recovery = self.recovery
+        try:
+            await asyncio.wait_for(recovery.wait(), seconds)
+        except TimeoutError:
+            return False
+        return True
 
     def db_failed(self) -> int:
         """Count one more failed database call in a row; returns the count."""

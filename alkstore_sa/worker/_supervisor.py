@@ -223,7 +223,7 @@ class Supervisor:
                     for qs in members:
                         # The database answers again (after an outage, a
                         # failover): a claim backoff ends now, not at its cap.
-                        qs.relistened = True
+                        qs.answered = True
                         qs.wake()  # Q26: claim once LISTEN is established
 
             listeners.append(

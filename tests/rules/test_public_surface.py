@@ -44,6 +44,9 @@ CONTRACT_NAMES = {
     # Part 3: Z1, R3
     "SnoozeJob",
     "JobDeadError",
+    # X1: N worker processes under one supervisor, and its start failure.
+    "run_processes",
+    "WorkerStartError",
 }
 
 

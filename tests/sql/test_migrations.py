@@ -622,7 +622,7 @@ def test_bad_database_url_is_one_line_naming_the_variable(url: str | None) -> No
 def test_r1_completed_jobs_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:
     """0011 (keep_completed, completed_jobs; R1) on a store in use: live and dead rows stay."""
     cfg = alembic_config(url=blank_database)
-    command.upgrade(cfg, "alkstore_0008_parked_expired")
+    command.upgrade(cfg, "alkstore_0009_row_checks")
     with connect(blank_database) as conn:
         conn.execute(
             text(
@@ -650,7 +650,7 @@ def test_r1_completed_jobs_revision_keeps_every_job_up_and_down(blank_database: 
             assert k.id == kept_id and k.ack(b"r") is True
             assert kept_q.get_job(kept_id).status == "completed"
             live = _every_job(blank_database)
-            command.downgrade(cfg, "alkstore_0008_parked_expired")
+            command.downgrade(cfg, "alkstore_0009_row_checks")
             assert _every_job(blank_database) == live
             with connect(blank_database) as conn:
                 gone = conn.execute(text("SELECT to_regclass('alkstore.completed_jobs')"))

@@ -50,6 +50,8 @@ class Roles:
     owner: Store
     worker_url: URL  # connects as the worker role (for the Worker runtime's own engine)
     app_url: URL
+    ops: Store
+    ops_url: URL
 
 
 def _grant_blocks() -> list[str]:
@@ -74,14 +76,18 @@ def roles(database_url: URL, engine: Engine) -> Iterator[Roles]:
     if not can:
         pytest.skip("the test database user may not CREATE ROLE (needed to test the GRANTs)")
     blocks = _grant_blocks()
-    assert len(blocks) == 2, "docs/privileges.md must hold the app and the worker SQL blocks"
+    assert len(blocks) == 3, "docs/privileges.md must hold the app, worker and ops SQL blocks"
     suffix = f"_{os.getpid()}_{next(_n)}"
-    app, worker = f"alkstore_app{suffix}", f"alkstore_worker{suffix}"
+    app, worker, ops = (f"alkstore_{r}{suffix}" for r in ("app", "worker", "ops"))
     with engine.begin() as conn:
         for block in blocks:
-            sql = block.replace("alkstore_app", app).replace("alkstore_worker", worker)
+            sql = (
+                block.replace("alkstore_app", app)
+                .replace("alkstore_worker", worker)
+                .replace("alkstore_ops", ops)
+            )
             conn.exec_driver_sql(sql)
-    engines = [_engine_as(database_url, app), _engine_as(database_url, worker)]
+    engines = [_engine_as(database_url, r) for r in (app, worker, ops)]
     try:
         yield Roles(
             app=Store(engines[0]),
@@ -89,12 +95,14 @@ def roles(database_url: URL, engine: Engine) -> Iterator[Roles]:
             owner=Store(engine),
             worker_url=_as(database_url, worker),
             app_url=_as(database_url, app),
+            ops=Store(engines[2]),
+            ops_url=_as(database_url, ops),
         )
     finally:
         for eng in engines:
             eng.dispose()
         with engine.begin() as conn:
-            for role in (app, worker):
+            for role in (app, worker, ops):
                 conn.exec_driver_sql(f'DROP OWNED BY "{role}"')
                 conn.exec_driver_sql(f'DROP ROLE "{role}"')
 

@@ -19,7 +19,16 @@ import pytest
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.sql import ClauseElement
 
-from alkstore_sa._db.sql import claim, enqueue, handle, operations, queue, stats
+from alkstore_sa._db.sql import (
+    claim,
+    dashboard,
+    enqueue,
+    handle,
+    periodic,
+    queue_admin,
+    queue_wide,
+    stats,
+)
 from alkstore_sa._values.job import LIVE_COLUMNS
 from alkstore_sa.schema import jobs
 
@@ -67,36 +76,61 @@ EXPECTED: dict[str, set[str]] = {
     "handle.ack_kept": {"p_job_id", "p_attempts", "p_result", "p_done_channel"},
     "handle.snooze": {"p_job_id", "p_attempts", "p_delay"},
     "queue.purge_completed": {"p_queue"},
+    "handle.bury_undecodable": {"p_job_id", "p_worker_id", "p_error"},
     "handle.heartbeat": {"p_job_id", "p_attempts", "p_extend"},
     "handle.retry": {"p_job_id", "p_attempts", "p_delay", "p_error", "p_traceback"},
     "handle.fail": {"p_job_id", "p_attempts", "p_error", "p_traceback"},
     "handle.release": {"p_job_id", "p_attempts"},
     "handle.ack_held": {"p_job_ids", "p_attempts_list"},
     "handle.heartbeat_held": {"p_job_ids", "p_attempts_list"},
-    "queue.ack_batch": {"p_queue", "p_job_ids", "p_done_channel"},
-    "queue.cancel": {"p_queue", "p_job_id"},
-    "queue.get_job": {"p_queue", "p_job_id"},
-    "queue.bury_lapsed": {"p_queue"},
-    "queue.bury_expired": {"p_queue"},
-    "queue.purge_dead": {"p_queue", "p_retention"},
-    "queue.schema_probe": set(),
-    "operations.list_jobs": {"p_queue", "p_status", "p_before", "p_limit"},
-    "operations.requeue_dead_oldest": {"p_queue", "p_limit", "p_channel"},
-    "operations.requeue_dead_ids": {"p_queue", "p_limit", "p_channel", "p_job_ids"},
-    "operations.purge_dead_all": {"p_queue"},
-    "operations.purge_dead_ids": {"p_queue", "p_job_ids", "p_older_than"},
-    "operations.pause": {"p_queue"},
-    "operations.resume": {"p_queue", "p_channel"},
+    "queue_wide.ack_batch": {"p_queue", "p_job_ids", "p_done_channel"},
+    "queue_wide.cancel": {"p_queue", "p_job_id"},
+    "queue_wide.purge_completed": {"p_queue"},
+    "queue_wide.get_job": {"p_queue", "p_job_id"},
+    "queue_wide.bury_lapsed": {"p_queue"},
+    "queue_wide.bury_expired": {"p_queue"},
+    "queue_wide.purge_dead": {"p_queue", "p_retention"},
+    "queue_wide.schema_probe": set(),
+    "queue_admin.list_jobs": {"p_queue", "p_status", "p_before", "p_limit"},
+    "queue_admin.requeue_dead_oldest": {"p_queue", "p_limit", "p_channel"},
+    "queue_admin.requeue_dead_ids": {"p_queue", "p_limit", "p_channel", "p_job_ids"},
+    "queue_admin.purge_dead_all": {"p_queue"},
+    "queue_admin.purge_dead_ids": {"p_queue", "p_job_ids", "p_older_than"},
+    "queue_admin.pause": {"p_queue"},
+    "queue_admin.resume": {"p_queue", "p_channel"},
     "stats.stats": {"p_queue"},
     "stats.queue_names": set(),
     "stats.stats_all": set(),
+    "stats.stats_listed": set(),
+    "dashboard.set_statement_timeout": {"p_timeout"},
+    "dashboard.dead_groups": {"p_queue", "p_limit"},
+    "dashboard.dead_ids_oldest": {"p_queue", "p_limit"},
+    "dashboard.dead_ids_of_group": {"p_queue", "p_limit", "p_error"},
+    "dashboard.dead_ids_of_typed_group": {"p_queue", "p_limit", "p_error", "p_error_type"},
+    "dashboard.dead_page_of_group": {"p_queue", "p_limit", "p_error", "p_before"},
+    "dashboard.dead_page_of_typed_group": {
+        "p_queue",
+        "p_limit",
+        "p_error",
+        "p_error_type",
+        "p_before",
+    },
+    "dashboard.due_page": {"p_queue", "p_limit", "p_before"},
+    "dashboard.scheduled_page": {"p_queue", "p_limit", "p_before"},
+    "dashboard.in_flight_summary": {"p_limit"},
+    "dashboard.in_flight": {"p_limit"},
+    "dashboard.throughput_all": set(),
+    "dashboard.throughput_of_queue": {"p_queue"},
+    "periodic.first_sight": {"p_name", "p_slot"},
+    "periodic.advance": {"p_name", "p_slot"},
+    "periodic.last_slots": set(),
 }
 
 
 def _builders() -> dict[str, Callable[[], Any]]:
     """Every cached, argument-free statement builder the sql modules define."""
     found: dict[str, Callable[[], Any]] = {}
-    for mod in (claim, enqueue, handle, operations, queue, stats):
+    for mod in (claim, dashboard, enqueue, handle, periodic, queue_admin, queue_wide, stats):
         assert isinstance(mod, ModuleType)
         short = mod.__name__.rsplit(".", 1)[1]
         for name, obj in vars(mod).items():
@@ -159,14 +193,21 @@ def test_builder_is_built_once(name: str) -> None:
     assert BUILDERS[name]() is BUILDERS[name]()
 
 
+# Builders that name no table (so no schema to map).
+NO_TABLE = {"dashboard.set_statement_timeout"}
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_builder_maps_to_any_schema(name: str) -> None:
+    if name in NO_TABLE:
+        assert "alkstore." not in _compile(BUILDERS[name]()).string
+        return
     compiled = _compile(
         BUILDERS[name](),
         schema_translate_map={"alkstore": "tenant_b"},
         render_schema_translate=True,
     )
-    tables = ("jobs", "dead_jobs", "paused_queues", "completed_jobs")
+    tables = ("jobs", "dead_jobs", "paused_queues", "periodic", "throughput", "completed_jobs")
     assert any(f"tenant_b.{table}" in compiled.string for table in tables)
     assert "alkstore." not in compiled.string
 
@@ -178,7 +219,7 @@ def test_builder_constants_travel_as_parameters() -> None:
     retry = _compile(handle.retry())
     assert "max attempts exceeded" in retry.params.values()
     assert "failed" in _compile(handle.fail()).params.values()
-    assert "expired" in _compile(queue.bury_expired()).params.values()
+    assert "expired" in _compile(queue_wide.bury_expired()).params.values()
 
 
 # PostgreSQL 18+, and before (_ops._claim_statement); each also under a byte bound.
@@ -211,11 +252,11 @@ def test_o4_every_row_source_of_the_claim_checks_the_pause(build: Callable[[], A
         due = text[text.index("due AS") : text.index("lapsed AS")]
     assert gate in due
     # sweep_expired()'s burial does not wait for a resume.
-    assert "paused_queues" not in _compile(queue.bury_lapsed()).string
+    assert "paused_queues" not in _compile(queue_wide.bury_lapsed()).string
 
 
 def test_o2_requeue_is_one_statement_with_one_notify() -> None:
-    for builder in (operations.requeue_dead_oldest, operations.requeue_dead_ids):
+    for builder in (queue_admin.requeue_dead_oldest, queue_admin.requeue_dead_ids):
         text = _compile(builder()).string
         assert text.count("DELETE FROM alkstore.dead_jobs") == 1
         assert text.count("INSERT INTO alkstore.jobs") == 1
@@ -273,7 +314,7 @@ def test_rows_read_by_position_come_in_live_column_order() -> None:
     for build in CLAIMS:
         assert tuple(c.name for c in build().exported_columns) == LIVE_COLUMNS
     extras = ("died_at", "result", "finished_at")
-    assert tuple(queue.get_job().selected_columns.keys()) == (*LIVE_COLUMNS, *extras)
+    assert tuple(queue_wide.get_job().selected_columns.keys()) == (*LIVE_COLUMNS, *extras)
     # jobs.* is the live columns plus internal ones never read back: deadline_floor
     # (H1), parked and claim_at (S3).
     internal = {"deadline_floor", "parked", "claim_at"}

@@ -100,3 +100,51 @@ def test_shape_rendered_text_is_what_execute_sends(engine: Engine, name: str, sc
 def _unwrapped(params: dict[str, Any]) -> dict[str, Any]:
     """psycopg's ``Jsonb`` wrappers (B3's carrier) compare by identity: compare their values."""
     return {k: (type(v).__name__, v.obj) if isinstance(v, Jsonb) else v for k, v in params.items()}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDERS))
+def test_shape_raw_form_is_the_same_statement_with_numbered_slots(
+    engine: Engine, name: str
+) -> None:
+    # The fast path sends ``Rendered.raw`` on a psycopg RawCursor (no
+    # per-execute text conversion): it must be the rendered text with each
+    # name's slot numbered, its values in that order -- the same statement
+    # the server would get from ``%(name)s`` (psycopg numbers them alike).
+    from psycopg import _queries  # what psycopg itself turns ``%(name)s`` text into
+    from psycopg.adapt import Transformer
+
+    with engine.connect() as conn:
+        text = rendered(BUILDERS[name](), conn.dialect, "alkstore")
+        assert text is not None
+        if text.raw is None:  # a binary slot (arrays): the named form, as before
+            assert re.search(r"%\(\w+\)b", text.sql)
+            return
+        given = {k: v for k, v in PARAMS.items() if f"%({k})" in text.sql}
+        bound = text.params(given)
+        converted = _queries.PostgresQuery(Transformer(conn.connection.driver_connection))
+        converted.convert(text.sql, bound)
+        raw, order = text.raw
+        assert raw.encode() == converted.query
+        assert text.positional(bound) == [bound[k] for k in order]
+        assert set(order) == set(bound)
+
+
+def test_shape_the_claim_runs_on_a_raw_cursor_on_an_autocommit_store(store: Any) -> None:
+    import psycopg
+
+    made: list[type] = []
+    real = psycopg.RawCursor
+
+    class Spy(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *a: Any, **kw: Any) -> None:
+            made.append(type(self))
+            super().__init__(*a, **kw)
+
+    q = store.queue("raw-claim")
+    q.enqueue(b"x")
+    import alkstore_sa._db.execute as execute
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(execute.psycopg, "RawCursor", Spy)
+        [h] = q.claim_batch("w", 10)
+    assert made and h.payload == b"x"

@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 from alkstore_sa import EnqueueOpts, Store
 from alkstore_sa.web import create_app
 
-from .._web import post, web_client, within
+from .._web import BASE_URL, post, web_client, within
 
 
 @pytest.fixture(params=["sync", "async"])
@@ -236,7 +236,7 @@ def test_w1_mounts_under_a_prefix_in_a_starlette_app(engine: Engine) -> None:
     with Store(engine) as store:
         store.queue("mounted").enqueue(b"x")
         host = Starlette(routes=[Mount("/admin/queues", app=create_app(store))])
-        with TestClient(host) as c:
+        with TestClient(host, base_url=BASE_URL) as c:
             page = c.get("/admin/queues/")
             assert page.status_code == 200
             assert 'href="/admin/queues/queues/mounted"' in page.text

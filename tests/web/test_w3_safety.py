@@ -107,8 +107,11 @@ def test_w3_read_only_hides_and_refuses_every_action(
     assert q.get_job(live) is not None
 
 
-def test_w3_auth_runs_on_every_request(kind: str, engine: Engine, database_url: URL) -> None:
+def test_w3_auth_runs_on_every_request(
+    kind: str, engine: Engine, database_url: URL, store: Store
+) -> None:
     seen: list[str] = []
+    store.queue("a").enqueue(b"x")  # a queue with a row: /queues/a is a page (V2)
 
     def auth(request: Request) -> bool:
         seen.append(request.url.path)

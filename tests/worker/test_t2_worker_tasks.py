@@ -110,6 +110,9 @@ def test_t2_unknown_task_is_retried_then_dies_named(
         (b'{"v": 2, "task": "receipt", "kwargs": {}}', "unsupported envelope version 2"),
         (b'{"v": 1, "kwargs": {}}', "'task' must be a non-empty string"),
         (b'{"v": 1, "task": "receipt", "kwargs": [1]}', "'kwargs' must be a JSON object"),
+        # Issue 24: neither retried (a RecursionError was, five times) nor run.
+        (b"[" * 100_000 + b"]" * 100_000, "nested deeper than 100 levels"),
+        (b'{"v": 1, "task": "receipt", "kwargs": {"order_id": NaN}}', "NaN is not a JSON value"),
     ],
 )
 @pytest.mark.parametrize("kind", KINDS)

@@ -510,3 +510,115 @@ def test_d3_claims_ahead_in_whole_batches_when_handlers_end_one_by_one() -> None
         assert not db.rows
 
     _run(scenario())
+
+
+# -- B5: the recovery tail -- the first success after failures ends every backoff ----------
+
+
+def test_b5_the_first_success_elsewhere_ends_a_grown_claim_backoff_at_once() -> None:
+    """A heartbeat that lands after a run of failed claims says the database
+    answers again: the next claim goes then (and backs off from its floor),
+    not when the backoff grown during the fault would end."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        db = FakeDB(loop)
+        db.enqueue(notify=False, visibility_timeout=30.0)  # held 25 s: heartbeated at 10
+
+        def fault() -> None:
+            db.fail_next["claim"] = 5
+            db.enqueue()  # its wake's claim fails, and the next four
+
+        loop.call_at(0.5, fault)
+        sup = Supervisor(settings(poll_interval=1.0))
+        await run_for(sup, [bind(db, sleeper(25.0))], FakeBackend(listen_after=0.0), stop_at=12.0)
+        assert db.times("heartbeat")[:1] == pytest.approx([10.0], abs=0.01)
+        # Fails at 0.5, 1.5, 3.5, 7.5 (the next due at 15.5); the heartbeat at 10
+        # cuts it: a claim at 10 (the fifth failure), then 1 s later -- the
+        # floor, not 16 s -- the claim that gets the job.
+        claims = db.times("claim")
+        assert claims[:7] == pytest.approx([0.0, 0.5, 1.5, 3.5, 7.5, 10.0, 11.0], abs=0.01)
+        assert len([c for c in db.calls if c.op == "ack"]) == 2
+
+    _run(scenario())
+
+
+def test_b5_an_ack_retry_wait_ends_when_another_call_lands() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        db = FakeDB(loop, fail_next={"ack": 8})
+        db.enqueue(notify=False, visibility_timeout=30.0)
+        db.enqueue(notify=False, visibility_timeout=30.0)
+
+        async def handler(job: Job) -> None:
+            await asyncio.sleep(1.0 if job.id % 2 else 25.0)  # one short, one held 25 s
+
+        sup = Supervisor(settings(poll_interval=60.0))
+        await run_for(sup, [bind(db, handler)], FakeBackend(listen_after=0.0), stop_at=12.0)
+        # 0.1, 0.2, 0.4, 0.8, 1.6 then 2 s (the cap) apart; the heartbeat at 10
+        # lands and the wait due to end at 10.1 ends then.
+        acks = db.times("ack")
+        expected = [1.0, 1.1, 1.3, 1.7, 2.5, 4.1, 6.1, 8.1, 10.0]
+        assert acks[: len(expected)] == pytest.approx(expected, abs=0.01)
+
+    _run(scenario())
+
+
+def test_b5_a_claim_backoff_is_cut_at_most_once_a_poll_interval() -> None:
+    """Claims that keep failing while other calls keep landing poll at their floor;
+    they never spin on the others' successes."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        db = FakeDB(loop)
+        db.enqueue(notify=False, visibility_timeout=1.5)  # heartbeated every 0.5 s
+
+        def fault() -> None:
+            db.fail_next["claim"] = 1_000
+            db.enqueue()
+
+        loop.call_at(0.5, fault)
+        sup = Supervisor(settings(poll_interval=2.0, shutdown_timeout=0.0))
+        await run_for(sup, [bind(db, sleeper(20.0))], FakeBackend(listen_after=0.0), stop_at=12.0)
+        # The wake's claim fails at 0.5; the heartbeat at 1.0 cuts its backoff
+        # (a claim then), and from there on the claims keep the 2 s floor.
+        claims = [t for t in db.times("claim") if t < 12.0]
+        assert claims == pytest.approx([0.0, 0.5, 1.0, 3.0, 5.0, 7.0, 9.0, 11.0], abs=0.01)
+
+    _run(scenario())
+
+
+def test_b5_the_listener_reconnects_from_its_floor_after_an_established_listen() -> None:
+    """Connects that fail back off (0.05, 0.1, 0.2 s); LISTEN established and then
+    lost again reconnects after the floor, not after the grown wait."""
+    from alkstore_sa.worker import _listener
+
+    async def scenario() -> list[float]:
+        loop = asyncio.get_running_loop()
+        attempts: list[float] = []
+
+        class Flaky(_listener._ListenLoop):
+            async def _listen_once(self) -> None:
+                attempts.append(round(loop.time(), 6))
+                if len(attempts) in (4, 5):  # LISTEN established, then the backend is killed
+                    self._established_now()
+                    await asyncio.sleep(0.01)
+                if len(attempts) >= 6:
+                    await asyncio.Event().wait()
+                raise ConnectionError("terminating connection due to administrator command")
+
+            async def _close(self) -> None:
+                return None
+
+        task = loop.create_task(Flaky(["c"], lambda c: None, lambda up: None).run())
+        await asyncio.sleep(5.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return attempts
+
+    attempts = _fakeclock.run(scenario())
+    gaps = [round(b - a, 3) for a, b in itertools.pairwise(attempts)]
+    # 3 failed connects (0.05, 0.1, 0.2), then 0.4 before the 4th; each
+    # established LISTEN lost after 10 ms is back after the floor (0.05).
+    assert gaps == pytest.approx([0.05, 0.1, 0.2, 0.01 + 0.05, 0.01 + 0.05], abs=0.002)

@@ -2,9 +2,32 @@
 
 Values always travel as bound parameters.  The statements are built once
 (``functools.cache``); ``_render`` turns each into its SQL text once per
-dialect and schema for ``_ops`` to execute.
+dialect and schema for ``_db/execute.py`` to run.  One module per operation
+family; what every family shares is in ``_common``.
 """
 
-from . import claim, enqueue, handle, operations, queue, stats
+from . import (
+    claim,
+    dashboard,
+    enqueue,
+    handle,
+    periodic,
+    queue_admin,
+    queue_wide,
+    stats,
+    throughput,
+    vacuum,
+)
 
-__all__ = ["claim", "enqueue", "handle", "operations", "queue", "stats"]
+__all__ = [
+    "claim",
+    "dashboard",
+    "enqueue",
+    "handle",
+    "periodic",
+    "queue_admin",
+    "queue_wide",
+    "stats",
+    "throughput",
+    "vacuum",
+]

@@ -1,11 +1,16 @@
-"""Pieces every statement shares: the clock, the claim predicate, the dead move, row shapes."""
+"""Pieces every statement shares: the clock, the common parameters and predicates
+(this queue, a limit, a keyset start, not expired), the claim predicate, the dead
+move, row shapes."""
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     CTE,
+    BigInteger,
     ColumnElement,
     DateTime,
     Integer,
@@ -21,9 +26,11 @@ from sqlalchemy import (
     insert,
     literal,
     null,
+    or_,
     select,
 )
 from sqlalchemy.dialects.postgresql import JSONPATH
+from sqlalchemy.sql.expression import FromClause
 
 from ..._values.job import ERROR_HISTORY_LIMIT, LIVE_COLUMNS
 from ...schema import completed_jobs, dead_jobs, jobs
@@ -41,6 +48,43 @@ DEAD_COPY_COLUMNS = [c.name for c in dead_jobs.c if c.name not in _SET_ON_DEATH]
 # The live table's columns a caller reads, in LIVE_COLUMNS order: jobs.* less
 # the internal deadline_floor (H1).
 LIVE = [jobs.c[name] for name in LIVE_COLUMNS]
+# The largest bigint: "before no id" when ``:before`` is NULL (bound, not pasted).
+MAX_ID = 2**63 - 1
+
+
+@cache
+def clock() -> Select[Any]:
+    """The statement's time, alone: a page's or a schedule's "now" (the database's clock)."""
+    return select(NOW)
+
+
+def queue_param() -> ColumnElement[str]:
+    """``:queue``, the queue a statement is about."""
+    return bindparam("p_queue", type_=Text)
+
+
+def limit_param() -> ColumnElement[int]:
+    """``:limit``, how many rows a listing returns at most."""
+    return bindparam("p_limit", type_=Integer)
+
+
+def job_ids_param() -> ColumnElement[Any]:
+    """``:job_ids``, a bigint array."""
+    return bindparam("p_job_ids", type_=ARRAY(BigInteger))
+
+
+def below_param() -> ColumnElement[int]:
+    """A keyset page's upper bound: ``:before``, or above every id when it is NULL.
+
+    ``coalesce`` rather than ``IS NULL OR``, so the id bound stays an index
+    condition in every plan.
+    """
+    return func.coalesce(bindparam("p_before", type_=BigInteger), literal(MAX_ID, BigInteger))
+
+
+def unexpired(table: FromClause = jobs) -> ColumnElement[bool]:
+    """Q10: the row has no expiry, or it is still ahead."""
+    return or_(table.c.expires_at.is_(None), table.c.expires_at > NOW)
 
 
 def lapsed() -> tuple[ColumnElement[bool], ColumnElement[bool]]:

@@ -53,6 +53,7 @@ __all__ = [
     "ack",
     "ack_held",
     "ack_kept",
+    "bury_undecodable",
     "fail",
     "heartbeat",
     "heartbeat_held",
@@ -163,6 +164,22 @@ def fail() -> Select[tuple[int]]:
     buried = move_to_dead(
         claim_is_held(), error_or(FAIL_DEFAULT_ERROR), "buried", traceback_param()
     )
+    return select(buried.c.id)
+
+
+@cache
+def bury_undecodable() -> Select[tuple[int]]:
+    """A claimed row the client could not load: to dead at once, ``last_error`` = ``:error``.
+
+    By id and this claim's worker, not by ``claim_is_held``: the claim just
+    took it, and nothing of the row but its id is trusted.
+    """
+    held = and_(
+        jobs.c.id == bindparam("p_job_id", type_=jobs.c.id.type),
+        jobs.c.worker_id == bindparam("p_worker_id", type_=Text),
+        jobs.c.status == "processing",
+    )
+    buried = move_to_dead(held, bindparam("p_error", type_=Text), "buried")
     return select(buried.c.id)
 
 

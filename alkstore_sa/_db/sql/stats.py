@@ -10,6 +10,7 @@ rows, not the table's.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import cache
 from typing import Any
 
@@ -21,20 +22,18 @@ from sqlalchemy import (
     Select,
     Table,
     Text,
-    bindparam,
     exists,
     func,
     literal,
-    or_,
     select,
     true,
     union,
 )
 
-from ...schema import completed_jobs, dead_jobs, jobs, paused_queues
-from ._common import NOW
+from ...schema import completed_jobs, dead_jobs, jobs, paused_queues, throughput
+from ._common import NOW, queue_param, unexpired
 
-__all__ = ["STATS_COLUMNS", "queue_names", "stats", "stats_all"]
+__all__ = ["STATS_COLUMNS", "last_hour", "queue_names", "stats", "stats_all", "stats_listed"]
 
 
 # What ``stats`` returns, in order (``_ops`` reads the row by position), as
@@ -62,13 +61,13 @@ def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[An
     rows are counted from the dead table's ``(queue, died_at)`` index.
     (The aliases avoid the words of status values: those travel bound.)
     """
-    unexpired = or_(jobs.c.expires_at.is_(None), jobs.c.expires_at > NOW)
+    live = unexpired()
     past_expiry = jobs.c.expires_at <= NOW
-    due = (jobs.c.run_at <= NOW) & unexpired
+    due = (jobs.c.run_at <= NOW) & live
     waiting = (
         select(
             func.count().filter(due).label("due"),
-            func.count().filter((jobs.c.run_at > NOW) & unexpired).label("scheduled"),
+            func.count().filter((jobs.c.run_at > NOW) & live).label("scheduled"),
             func.count().filter(past_expiry).label("past_expiry"),
             func.min(jobs.c.run_at).filter(due).label("oldest"),
         )
@@ -109,7 +108,7 @@ def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[An
 @cache
 def stats() -> Select[Any]:
     """O5: ``STATS_COLUMNS`` of ``:queue``, one row, one snapshot."""
-    parts, columns = _stats_parts(bindparam("p_queue", type_=Text))
+    parts, columns = _stats_parts(queue_param())
     return select(*columns).select_from(parts)
 
 
@@ -136,15 +135,26 @@ def _distinct_queues(table: Table, *where: ColumnElement[bool], name: str) -> CT
     return seed.union_all(step)
 
 
-def _all_queue_names() -> Select[tuple[str]]:
-    """O6: every queue with a live row, a dead row or a pause (unordered, distinct)."""
+def _all_queue_names(recent: bool = False) -> Select[tuple[str]]:
+    """O6: every queue with a live row, a dead row or a pause (unordered, distinct).
+
+    ``recent``: also every queue with throughput counted in the last hour
+    (V2: the dashboard lists a queue its workers just emptied).
+    """
     sources = [
         _distinct_queues(jobs, jobs.c.status == "pending", name="waiting_queues"),
         _distinct_queues(jobs, jobs.c.status == "processing", name="held_queues"),
         _distinct_queues(dead_jobs, name="dead_queues"),
     ]
     found = [select(s.c.queue).where(s.c.queue.is_not(None)) for s in sources]
+    if recent:
+        found.append(select(throughput.c.queue).where(throughput.c.minute >= last_hour()))
     return union(*found, select(paused_queues.c.queue))  # type: ignore[return-value]
+
+
+def last_hour() -> ColumnElement[Any]:
+    """The first of the sixty minutes the dashboard's throughput shows (this one included)."""
+    return func.date_trunc(literal("minute", type_=Text), NOW) - literal(timedelta(minutes=59))
 
 
 @cache
@@ -157,6 +167,16 @@ def queue_names() -> Select[tuple[str]]:
 @cache
 def stats_all() -> Select[Any]:
     """O6: ``queue`` then ``STATS_COLUMNS`` for every queue, one statement, one snapshot."""
-    names = _all_queue_names().subquery("names")
+    return _stats_of(_all_queue_names())
+
+
+@cache
+def stats_listed() -> Select[Any]:
+    """``stats_all`` over O6's queues and those with throughput in the last hour (V2)."""
+    return _stats_of(_all_queue_names(recent=True))
+
+
+def _stats_of(queues: Select[tuple[str]]) -> Select[Any]:
+    names = queues.subquery("names")
     parts, columns = _stats_parts(names.c.queue)
     return select(names.c.queue, *columns).select_from(names.join(parts, true()))

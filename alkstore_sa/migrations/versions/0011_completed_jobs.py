@@ -1,7 +1,7 @@
 """alkstore: keep completed jobs and their results (R1)
 
 Revision ID: alkstore_0011_completed_jobs
-Revises: alkstore_0008_parked_expired
+Revises: alkstore_0009_row_checks
 Create Date: 2026-12-01
 
 ``jobs.keep_completed`` (and ``dead_jobs.keep_completed``, so a requeue
@@ -24,7 +24,7 @@ from sqlalchemy.dialects import postgresql
 from alkstore_sa.migrations import migration_schema
 
 revision: str = "alkstore_0011_completed_jobs"
-down_revision: str | Sequence[str] | None = "alkstore_0008_parked_expired"
+down_revision: str | Sequence[str] | None = "alkstore_0009_row_checks"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,4 +1,7 @@
-"""Queue-wide statements: ack_batch, cancel, get_job, sweep (Q22-Q25)."""
+"""Statements on a queue's rows by id or by age, for anyone (SPEC "Queue-wide
+operations", Q22-Q25): ack_batch, cancel, get_job, the sweep's burials and
+retention purge, and the schema probe.  The operator's listing and bulk moves
+(O1-O4) are in ``queue_admin``."""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
-    ARRAY,
     BigInteger,
     CompoundSelect,
     Interval,
@@ -28,10 +30,12 @@ from ._common import (
     NOW,
     completed_row_columns,
     dead_row_columns,
+    job_ids_param,
     keep_completed,
     live_row_columns,
     move_to_dead,
     notify_done,
+    queue_param,
 )
 from .claim import bury_lapsed_exhausted
 
@@ -61,8 +65,8 @@ def ack_batch() -> Select[tuple[int]]:
     moved = (
         delete(jobs)
         .where(
-            jobs.c.id == any_(bindparam("p_job_ids", type_=ARRAY(BigInteger))),
-            jobs.c.queue == bindparam("p_queue", type_=Text),
+            jobs.c.id == any_(job_ids_param()),
+            jobs.c.queue == queue_param(),
             jobs.c.status == "processing",
             jobs.c.claim_deadline > NOW,
         )
@@ -94,7 +98,7 @@ def cancel() -> ReturningDelete[tuple[int]]:
         delete(jobs)
         .where(
             jobs.c.id == bindparam("p_job_id", type_=BigInteger),
-            jobs.c.queue == bindparam("p_queue", type_=Text),
+            jobs.c.queue == queue_param(),
         )
         .returning(jobs.c.id)
     )
@@ -104,7 +108,7 @@ def cancel() -> ReturningDelete[tuple[int]]:
 def get_job() -> CompoundSelect[Any]:
     """Q24: the live row, else the dead one, else the kept completed one (R1)."""
     job_id = bindparam("p_job_id", type_=BigInteger)
-    queue = bindparam("p_queue", type_=Text)
+    queue = queue_param()
     live = select(*live_row_columns()).where(jobs.c.id == job_id, jobs.c.queue == queue)
     dead = select(*dead_row_columns()).where(dead_jobs.c.id == job_id, dead_jobs.c.queue == queue)
     kept = select(*completed_row_columns()).where(
@@ -126,7 +130,7 @@ def bury_expired() -> Select[tuple[int]]:
     locked_ids = (
         select(jobs.c.id)
         .where(
-            jobs.c.queue == bindparam("p_queue", type_=Text),
+            jobs.c.queue == queue_param(),
             jobs.c.expires_at <= NOW,
         )
         .with_for_update(skip_locked=True)
@@ -141,7 +145,7 @@ def purge_dead() -> ReturningDelete[tuple[int]]:
     return (
         delete(dead_jobs)
         .where(
-            dead_jobs.c.queue == bindparam("p_queue", type_=Text),
+            dead_jobs.c.queue == queue_param(),
             dead_jobs.c.died_at < NOW - bindparam("p_retention", type_=Interval),
         )
         .returning(dead_jobs.c.id)

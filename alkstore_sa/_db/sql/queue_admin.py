@@ -1,4 +1,5 @@
-"""Operations on a queue as a whole (O1-O4): list, requeue, purge, pause, resume.
+"""The operator's statements on a queue as a whole (O1-O4): list, requeue, purge,
+pause, resume.  (Reads and moves by id for anyone are in ``queue_wide``.)
 
 None of these is on a worker's path except the pause, which the claim reads
 (``claim.not_paused``).  Each is one statement, so it sees one snapshot and,
@@ -18,8 +19,6 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
-    ARRAY,
-    BigInteger,
     ColumnElement,
     Delete,
     Insert,
@@ -43,9 +42,13 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from ...schema import completed_jobs, dead_jobs, jobs, paused_queues
 from ._common import (
     NOW,
+    below_param,
     completed_row_columns,
     dead_row_columns,
+    job_ids_param,
+    limit_param,
     live_row_columns,
+    queue_param,
     wake_once_if_any,
 )
 
@@ -59,22 +62,6 @@ __all__ = [
     "resume",
 ]
 
-# The largest bigint: "before no id" when ``:before`` is NULL (bound, not pasted).
-_MAX_ID = 2**63 - 1
-
-
-def _queue() -> ColumnElement[str]:
-    return bindparam("p_queue", type_=Text)
-
-
-def _limit() -> ColumnElement[int]:
-    return bindparam("p_limit", type_=Integer)
-
-
-def _job_ids() -> ColumnElement[Any]:
-    return bindparam("p_job_ids", type_=ARRAY(BigInteger))
-
-
 # -- O1: list a queue's jobs ----------------------------------------------------
 
 
@@ -87,11 +74,9 @@ def list_jobs() -> Select[Any]:
     none), ``limit``.  One branch per status, each cut to ``limit`` in id
     order, then the first ``limit`` of the three.  A branch whose status is
     not asked for is switched off by a one-time filter (no scan at all).
-    ``before`` goes through ``coalesce`` rather than ``IS NULL OR`` so the
-    id bound stays an index condition in every plan.
     """
     status = bindparam("p_status", type_=Text)
-    below = func.coalesce(bindparam("p_before", type_=BigInteger), literal(_MAX_ID, BigInteger))
+    below = below_param()
 
     def wanted(name: str) -> ColumnElement[bool]:
         return or_(status.is_(None), status == literal(name, type_=Text))
@@ -99,9 +84,9 @@ def list_jobs() -> Select[Any]:
     def branch(table: Table, columns: list[ColumnElement[Any]], *where: Any) -> Select[Any]:
         return (
             select(*columns)
-            .where(table.c.queue == _queue(), table.c.id < below, *where)
+            .where(table.c.queue == queue_param(), table.c.id < below, *where)
             .order_by(table.c.id.desc())
-            .limit(_limit())
+            .limit(limit_param())
         )
 
     rows = union_all(
@@ -110,7 +95,7 @@ def list_jobs() -> Select[Any]:
         branch(dead_jobs, dead_row_columns(), wanted("dead")),
         branch(completed_jobs, completed_row_columns(), wanted("completed")),
     ).subquery("listed")
-    return select(*rows.c).order_by(rows.c.id.desc()).limit(_limit())
+    return select(*rows.c).order_by(rows.c.id.desc()).limit(limit_param())
 
 
 # -- O2: requeue dead rows --------------------------------------------------------
@@ -132,9 +117,9 @@ def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
     """
     picked = (
         select(dead_jobs.c.id)
-        .where(dead_jobs.c.queue == _queue(), *where)
+        .where(dead_jobs.c.queue == queue_param(), *where)
         .order_by(dead_jobs.c.died_at, dead_jobs.c.id)
-        .limit(_limit())
+        .limit(limit_param())
         .with_for_update(skip_locked=True)
     )
     dead = dead_jobs.alias("dead")  # the picked rows, read again by id
@@ -195,7 +180,7 @@ def requeue_dead_oldest() -> Select[Any]:
 @cache
 def requeue_dead_ids() -> Select[Any]:
     """O2 for ``:job_ids``: those that are dead rows of this queue (others skipped)."""
-    return _requeue(dead_jobs.c.id == any_(_job_ids()))
+    return _requeue(dead_jobs.c.id == any_(job_ids_param()))
 
 
 # -- O3: purge dead rows ----------------------------------------------------------
@@ -212,7 +197,7 @@ def purge_dead_all() -> Select[Any]:
 
     (With an age and no ids it is ``queue.purge_dead``, the retention purge.)
     """
-    return _counted(delete(dead_jobs).where(dead_jobs.c.queue == _queue()))
+    return _counted(delete(dead_jobs).where(dead_jobs.c.queue == queue_param()))
 
 
 @cache
@@ -222,8 +207,8 @@ def purge_dead_ids() -> Select[Any]:
     older_than = cast(bindparam("p_older_than", type_=Interval), Interval)
     return _counted(
         delete(dead_jobs).where(
-            dead_jobs.c.id == any_(_job_ids()),
-            dead_jobs.c.queue == _queue(),
+            dead_jobs.c.id == any_(job_ids_param()),
+            dead_jobs.c.queue == queue_param(),
             or_(older_than.is_(None), dead_jobs.c.died_at < NOW - older_than),
         )
     )
@@ -237,7 +222,7 @@ def pause() -> Insert:
     """O4: add ``:queue`` to ``paused_queues``; a row back only when it was not paused."""
     return (
         pg_insert(paused_queues)
-        .values(queue=_queue(), paused_at=NOW)
+        .values(queue=queue_param(), paused_at=NOW)
         .on_conflict_do_nothing(index_elements=[paused_queues.c.queue])
         .returning(paused_queues.c.queue)
     )
@@ -252,7 +237,7 @@ def resume() -> Select[Any]:
     """
     removed = (
         delete(paused_queues)
-        .where(paused_queues.c.queue == _queue())
+        .where(paused_queues.c.queue == queue_param())
         .returning(paused_queues.c.queue)
         .cte("removed")
     )
