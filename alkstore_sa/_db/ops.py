@@ -303,6 +303,7 @@ def retry(
         "p_delay": delay,
         "p_error": error,
         "p_traceback": traceback,
+        "p_done_channel": address.done_channel,
     }
     rows = fetch(conn, address, handle_sql.retry(), params)
     return None if not rows else ("dead" if rows[0][1] == handle_sql.RETRIED_DEAD else "retried")
@@ -325,7 +326,12 @@ def fail(
     error: str | None,
     traceback: str | None = None,
 ) -> bool:
-    params = {**_held(job_id, attempts), "p_error": error, "p_traceback": traceback}
+    params = {
+        **_held(job_id, attempts),
+        "p_error": error,
+        "p_traceback": traceback,
+        "p_done_channel": address.done_channel,
+    }
     return bool(fetch(conn, address, handle_sql.fail(), params))
 
 

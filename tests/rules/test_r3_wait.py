@@ -131,3 +131,23 @@ def test_r3_many_concurrent_waiters_share_one_listener(qs: Any, engine: Engine) 
     assert [j.result for j in jobs] == [b"r%d" % i for i in range(40)]
     assert max(seen) == 1  # one LISTEN connection for every waiter of the store
     assert _listeners(engine) == 0
+
+
+def test_r3_a_death_wakes_the_waiter_before_the_poll(qs: Any) -> None:
+    q = qs.queue("r3", QueueOpts(max_attempts=1))
+    lags = []
+    for i in range(3):
+        job_id = q.enqueue(b"x")
+        handle = q.claim_one("w")
+        died: list[float] = []
+
+        def kill(h: Any = handle, at: list[float] = died, retry: bool = i % 2 == 0) -> None:
+            assert (h.retry("gone", delay=0) if retry else h.fail("gone")) is True
+            at.append(time.monotonic())
+
+        thread = _later(0.3, kill)
+        job = q.wait(job_id, timeout=10)
+        lags.append(time.monotonic() - died[0])
+        thread.join()
+        assert job.status == "dead" and job.last_error == "gone"
+    assert statistics.median(lags) < 0.25, lags

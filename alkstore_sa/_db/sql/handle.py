@@ -131,8 +131,11 @@ def retry() -> Select[tuple[int, str]]:
         "buried",
         traceback_param(),
     )
+    told = notify_done(buried)  # R3: a death tells the waiters (once, when any)
     return select(requeued.c.id, literal(RETRIED, type_=Text)).union_all(  # type: ignore[return-value]
-        select(buried.c.id, literal(RETRIED_DEAD, type_=Text))
+        select(buried.c.id, literal(RETRIED_DEAD, type_=Text)).select_from(
+            buried.outerjoin(told, true())
+        )
     )
 
 
@@ -164,7 +167,8 @@ def fail() -> Select[tuple[int]]:
     buried = move_to_dead(
         claim_is_held(), error_or(FAIL_DEFAULT_ERROR), "buried", traceback_param()
     )
-    return select(buried.c.id)
+    told = notify_done(buried)  # R3: a death tells the waiters
+    return select(buried.c.id).select_from(buried.outerjoin(told, true()))
 
 
 @cache
