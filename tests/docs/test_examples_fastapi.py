@@ -106,7 +106,7 @@ async def test_d2_fastapi_order_receipted_by_the_lifespan_worker(
 async def test_r3_fastapi_enqueue_then_await_the_result(
     shop_module: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """POST /quotes defers a job that keeps its result and awaits it; the lifespan worker runs it."""
+    """POST /quotes defers a job that keeps its result and awaits it; a lifespan worker runs it."""
     monkeypatch.setenv("SHOP_WORKER_IN_APP", "1")
     shop = shop_module
     async with shop.lifespan(shop.app), client(shop) as http:
