@@ -75,7 +75,6 @@ EXPECTED: dict[str, set[str]] = {
     "handle.ack": {"p_job_id", "p_attempts"},
     "handle.ack_kept": {"p_job_id", "p_attempts", "p_result", "p_done_channel"},
     "handle.snooze": {"p_job_id", "p_attempts", "p_delay"},
-    "queue.purge_completed": {"p_queue"},
     "handle.bury_undecodable": {"p_job_id", "p_worker_id", "p_error"},
     "handle.heartbeat": {"p_job_id", "p_attempts", "p_extend"},
     "handle.retry": {
