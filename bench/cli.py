@@ -34,7 +34,7 @@ from importlib import metadata as md
 from pathlib import Path
 from typing import Any
 
-from . import _cases, _db, _drain, _otel, _pgq, _report, _stats, _sustained, _worker
+from . import _cases, _db, _drain, _otel, _pgq, _processes, _report, _stats, _sustained, _worker
 from ._progress import say
 
 CASES = (
@@ -55,7 +55,11 @@ CASES = (
     "SO",
     "ST",
     "B4",
+    "XP",
+    "XC",
 )
+# The issue's names for X1's cases: `--only processes,cpu-bound`.
+ALIASES = {"PROCESSES": "XP", "CPU-BOUND": "XC"}
 # Run without --only: ST's and S2-S4's rows take longer to make than they
 # measure; B4 (D2 with and without the Prometheus worker metrics,
 # interleaved) is an A/B.
@@ -130,7 +134,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         help=f"comma-separated cases to run, e.g. E1,D1 (default: {','.join(DEFAULT_CASES)}; "
-        "D3, L2, S2, S3, S4, H1, SO, ST and B4 only when named)",
+        "D3, L2, S2, S3, S4, H1, SO, ST, B4, XP (processes) and XC (cpu-bound) only when "
+        "named)",
     )
     p.add_argument("--jobs", type=int, help="jobs per drain (D1, D2, S1; default 20,000)")
     p.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run in ~1 min")
@@ -221,7 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     args = _parse(argv)
     sizes = _sizes(args)
-    only = {c.strip().upper() for c in args.only.split(",")} if args.only else set(DEFAULT_CASES)
+    only = (
+        {ALIASES.get(c.strip().upper(), c.strip().upper()) for c in args.only.split(",")}
+        if args.only
+        else set(DEFAULT_CASES)
+    )
     unknown = only - set(CASES)
     if unknown:
         sys.stderr.write(f"unknown case(s): {', '.join(sorted(unknown))}; known: {CASES}\n")
@@ -257,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         meta["suite_seconds"] = round(time.perf_counter() - started, 1)
     finally:
         db.drop()
-    tgts = _report.targets(figs)
+    tgts = _report.targets(figs) + _processes.targets(figs)
     print(_report.table(figs, tgts))
     if interleaved:
         text, rows = _otel.summary(figs)
@@ -342,6 +351,24 @@ def _plan(
                     f"D2 pgqueuer {kind}",
                     fresh(lambda lb, k=kind: _pgq.drain(db, k, s.drain, 5, 10, lb)),
                 )
+    if "XP" in only:  # X1: D2's like-for-like drain by 1 and 2 worker processes
+        if pgq and "D2" not in only:
+            add(
+                "D2 pgqueuer asyncpg",
+                fresh(lambda lb: _pgq.drain(db, "asyncpg", s.drain, 5, 10, lb)),
+            )
+        for n in (1, 2):
+            add(f"XP --processes {n}", fresh(lambda lb, n=n: _processes.drain(db, s.drain, n, lb)))
+    if "XC" in only:  # X1: CPU-bound handlers, 1 process vs 2
+        for n in (1, 2):
+            add(
+                f"XC cpu-bound --processes {n}",
+                fresh(
+                    lambda lb, n=n: _processes.drain(
+                        db, _processes.CPU_JOBS, n, lb, cpu_ms=_processes.CPU_MS
+                    )
+                ),
+            )
     if "D3" in only:
         # I/O-bound handlers (1 ms sleep) vs no-op, Worker c=32, alternated.
         for r in range(2):

@@ -53,6 +53,7 @@ class ErrorGroup(NamedTuple):
     n: int
     last_died_at: datetime
     last_id: int
+    longest: int | None  # bytes (UTF-8) of the group's longest error
 
 
 class WorkerLoad(NamedTuple):

@@ -388,6 +388,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--port", type=_port, default=8000, metavar="PORT", help="TCP port (default 8000; 0: any)"
     )
     p.add_argument("--read-only", action="store_true", help="show no action; refuse every POST")
+    p.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="serve a non-loopback --host with no login (anyone who reaches it may act)",
+    )
 
     p = sub.add_parser(
         "demo",

@@ -86,7 +86,6 @@ def _stats_table(stats: Mapping[str, QueueStats], schema: str) -> str:
     for name, s in stats.items():
         oldest = _age(s.oldest_due_age) if s.due else "-"
         counts = (s.due, s.scheduled, s.processing, s.lapsed, s.expired, s.dead)
-        # A queue name read back may be any text someone inserted.
         rows.append([printable(name), *map(str, counts), oldest, "yes" if s.paused else "no"])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
@@ -172,10 +171,8 @@ def _when(value: datetime | None) -> str:
 def _error(text: str | None, width: int = 60) -> str:
     if not text:
         return ""
-    # Escaped after the cut: an escape is never cut in half.
-    one_line = " ".join(text.split())
-    cut = one_line if len(one_line) <= width else one_line[: width - 3] + "..."
-    return printable(cut)
+    one_line = " ".join(text.split())  # escaped after the cut: never cut in half
+    return printable(one_line if len(one_line) <= width else one_line[: width - 3] + "...")
 
 
 def _jobs_table(found: list[Job]) -> str:

@@ -2,7 +2,10 @@
 
 Needs the ``web`` extra.  HTTP basic authentication is on when
 ``ALKSTORE_WEB_USER`` and ``ALKSTORE_WEB_PASSWORD`` are set (one without the
-other is an error); the URL it serves is printed once it listens.
+other is an error); the URL it serves is printed once it listens.  Without
+them it serves only a loopback ``--host`` (and answers only loopback Host
+headers); another address needs credentials, or ``--insecure-no-auth`` to
+open it to anyone who reaches it (issue 24).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import argparse
 import contextlib
 import signal
 import socket
+import sys
 from types import FrameType
 from typing import Any
 
@@ -21,6 +25,21 @@ __all__ = ["cmd_web"]
 
 EXTRA_HINT = "install alkstore-sa[web] (pip install 'alkstore-sa[web]')"
 POOL_SIZE = 5  # the dashboard's connections: a page or an action holds one briefly
+
+
+NO_AUTH_REFUSED = (
+    "web: --host {host} is not a loopback address and no login is set: "
+    "set ALKSTORE_WEB_USER and ALKSTORE_WEB_PASSWORD, or pass --insecure-no-auth"
+)
+NO_AUTH_WARNING = (
+    "alkstore: web: WARNING: serving {host} with no login (--insecure-no-auth): "
+    "anyone who reaches it can pause, requeue, purge and cancel"
+)
+
+
+def _anyone(request: Any) -> bool:
+    """``--insecure-no-auth``: every request, addressed to any host, is let in."""
+    return True
 
 
 def _url(host: str, port: int) -> str:
@@ -58,6 +77,7 @@ def cmd_web(args: argparse.Namespace, database: Database, schema: str) -> int:
         import uvicorn
 
         from ..web import basic_auth_from_env, create_app
+        from ..web._security import is_loopback_host
     except ImportError as exc:
         raise CliError(f"alkstore web needs {exc.name}: {EXTRA_HINT}", code=2) from None
     try:
@@ -70,7 +90,6 @@ def cmd_web(args: argparse.Namespace, database: Database, schema: str) -> int:
     try:
         with Store(engine, schema=schema) as store:
             store.queue_names()  # fail fast, in one line, on a schema never migrated
-            app = create_app(store, read_only=args.read_only, auth=auth)
             family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
             sock = socket.socket(family, socket.SOCK_STREAM)
             try:
@@ -81,6 +100,14 @@ def cmd_web(args: argparse.Namespace, database: Database, schema: str) -> int:
                 sock.close()
                 why = exc.strerror or str(exc)
                 raise CliError(f"cannot serve on {args.host}:{args.port}: {why}", code=1) from None
+            app_auth: Any = auth
+            if auth is None and not is_loopback_host(args.host):
+                if not args.insecure_no_auth:
+                    sock.close()
+                    raise CliError(NO_AUTH_REFUSED.format(host=args.host), code=2)
+                print(NO_AUTH_WARNING.format(host=args.host), file=sys.stderr, flush=True)
+                app_auth = _anyone
+            app = create_app(store, read_only=args.read_only, auth=app_auth)
             port = sock.getsockname()[1]
             config = uvicorn.Config(app, log_level="warning", access_log=False)
             server = _server_class(uvicorn)(config)

@@ -42,47 +42,43 @@ class Actions(DashboardBase):
 
     @action
     async def requeue(self, request: Request, form: FormData) -> str:
-        name = queue_name(request)
-        ids, limit, group = _selection(form)
-        address = StoreAddress(self.runner.schema)
-
-        def requeue(q: Any, session: Any) -> Any:
-            if ids is not None:
-                return q.requeue_dead(ids, limit=max(len(ids), 1), session=session)
-            if group is None:
-                return q.requeue_dead(None, limit=limit, session=session)
-            return _then(
-                _matching_ids(session, address, name, group, limit),
-                lambda found: q.requeue_dead(found, session=session),
-            )
-
-        moved = await self.runner.act(name, requeue)
+        moved = await self._selected(
+            request,
+            form,
+            lambda q, ids, s: q.requeue_dead(ids, limit=max(len(ids), 1), session=s),
+        )
         return f"requeued {moved} job(s)"
 
     @action
     async def purge(self, request: Request, form: FormData) -> str:
+        gone = await self._selected(request, form, lambda q, ids, s: q.purge_dead(ids, session=s))
+        return f"purged {gone} dead job(s)"
+
+    async def _selected(
+        self, request: Request, form: FormData, move: Callable[[Any, list[int], Any], Any]
+    ) -> Any:
+        """``move(queue, ids, session)`` on the form's selection: its ids, or the oldest
+        ``limit`` dead ids (of one error group when the form names one)."""
         name = queue_name(request)
         ids, limit, group = _selection(form)
         address = StoreAddress(self.runner.schema)
         which = group or reads.Group(None, any_error=True)
 
-        def purge(q: Any, session: Any) -> Any:
+        def run(q: Any, session: Any) -> Any:
             if ids is not None:
-                return q.purge_dead(ids, session=session)
+                return move(q, ids, session)
             return _then(
                 _matching_ids(session, address, name, which, limit),
-                lambda found: q.purge_dead(found, session=session),
+                lambda found: move(q, found, session),
             )
 
-        gone = await self.runner.act(name, purge)
-        return f"purged {gone} dead job(s)"
+        return await self.runner.act(name, run)
 
     @action
     async def cancel(self, request: Request, form: FormData) -> str:
         name = queue_name(request)
         job_id = int_param(request.path_params["id"], "job id")
-        # Queue.cancel takes no session=: its own call, in the dashboard's timed transaction.
-        done = await self.runner.read(self.runner.queue_core(name).cancel(job_id))
+        done = await self.runner.act(name, lambda q, s: q.cancel(job_id, session=s))
         return f"cancelled job {job_id}" if done else f"job {job_id} was not pending or processing"
 
 

@@ -186,6 +186,7 @@ class Pages(DashboardBase):
             groups=groups,
             grouped=sum(g.n for g in groups),
             window=reads.GROUP_WINDOW,
+            group_text=reads.GROUP_TEXT,
             group=group,
             jobs=jobs[:PAGE_SIZE],
             next_before=jobs[PAGE_SIZE - 1].id if len(jobs) > PAGE_SIZE else None,

@@ -178,8 +178,8 @@ def cross_site_reason(request: Request, form_token: object) -> str | None:
     return None
 
 
-class SecurityHeaders:
-    """Adds ``HEADERS`` to every HTTP response of ``app`` (set last: they win)."""
+class _HttpOnly:
+    """An ASGI middleware that looks at HTTP requests only (lifespan and others pass)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -188,7 +188,16 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
 
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class SecurityHeaders(_HttpOnly):
+    """Adds ``HEADERS`` to every HTTP response of ``app`` (set last: they win)."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = MutableHeaders(scope=message)
@@ -220,16 +229,10 @@ def _host_name(header: str) -> str:
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
-class LoopbackOnly:
+class LoopbackOnly(_HttpOnly):
     """With no ``auth``: 403 for a request whose Host is not a loopback name (see above)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         host = Headers(scope=scope).get("host", "")
         if is_loopback_host(_host_name(host)):
             await self.app(scope, receive, send)

@@ -20,6 +20,7 @@ from .. import _pg
 TINY = ["--jobs", "120", "--procs", "1", "--e1", "20", "--e2-batches", "2", "--e2-size", "50"]
 
 
+@pytest.mark.timeout(600)  # four bench runs in subprocesses: minutes on a busy machine
 def test_bench_ab_alternates_a_revision_with_the_tree_and_reports_ratios(
     pg_server: _pg.Server,
     tmp_path: Path,

@@ -96,3 +96,27 @@ def test_bench_scale_cases_s2_s3_s4_report_their_targets(
     assert s4["jobs"] == 400
     for key in ("p99_start_ms", "p99_end_ms", "claim_ix_buffers_end", "lapse_ix_buffers_end"):
         assert key in s4["extra"]
+
+
+def test_x1_bench_processes_and_cpu_bound_run_and_report_their_targets(
+    pg_server: _pg.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--only processes,cpu-bound`: the names for XP and XC.
+    url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
+    monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
+    monkeypatch.setattr("bench._processes.CPU_JOBS", 40)
+    out = tmp_path / "bench.json"
+    argv = ["--only", "processes,cpu-bound", "--jobs", "200", "--json", str(out)]
+    assert cli.main(argv) == 0
+    doc = json.loads(out.read_text())
+    ran = {(f["case"], f["system"]): f for f in doc["figures"]}
+    for case, jobs in (("XP", 200), ("XC", 40)):
+        for n in (1, 2):
+            assert ran[(case, f"alkstore-p{n}")]["jobs"] == jobs
+    assert ("D2", "pgqueuer-asyncpg") in ran
+    names = {t["name"] for t in doc["targets"] if t["value"] is not None}
+    assert {
+        "XP 2 processes vs pgqueuer-asyncpg",
+        "XP 2 processes vs 1",
+        "XC cpu-bound 2 processes vs 1",
+    } <= names

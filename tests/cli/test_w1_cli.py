@@ -146,3 +146,51 @@ def test_w1_core_never_imports_the_web_extra() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "clean", proc.stderr
+
+
+def test_w3_cli_web_refuses_a_non_loopback_host_without_a_login(
+    database_url: URL, store: Store
+) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "alkstore_sa.cli", "web", "--host", "0.0.0.0", "--port", "0"],
+        env=_env(database_url),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode != 0 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "0.0.0.0 is not a loopback address" in lines[0]
+    assert "--insecure-no-auth" in lines[0] and "ALKSTORE_WEB_USER" in lines[0]
+
+
+def test_w3_cli_web_insecure_no_auth_serves_any_host_and_says_so(
+    database_url: URL, store: Store
+) -> None:
+    store.queue("open").enqueue(b"x")
+    proc = _popen(database_url, "--host", "0.0.0.0", "--port", "0", "--insecure-no-auth")
+    try:
+        url = _served(proc)
+        local = url.replace("0.0.0.0", "127.0.0.1")
+        page = _get(local, Host="dashboard.example")
+        assert page.status == 200 and 'data-queue="open"' in page.read().decode()
+    finally:
+        code, err = _stop(proc)
+    assert code == 0 and "WARNING" in err and "no login" in err, err
+
+
+def test_w3_cli_web_on_loopback_without_a_login_refuses_other_hosts(
+    database_url: URL, store: Store
+) -> None:
+    proc = _popen(database_url, "--host", "127.0.0.2", "--port", "0")
+    try:
+        url = _served(proc)
+        assert _get(url).status == 200
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _get(url, Host="attacker.example:8000")
+        assert refused.value.code == 403
+    finally:
+        code, err = _stop(proc)
+    assert code == 0, err

@@ -62,6 +62,7 @@ GROUP_WINDOW = 10_000
 # A group is keyed by the first GROUP_TEXT characters of the error, folded:
 # the key (and so a group's link) stays short however long the error is.
 GROUP_TEXT = 300
+_FOLDED_TEXT = 1000
 # How much of the last traceback is searched for the exception's type.
 _TRACEBACK_TAIL = 1000
 
@@ -92,11 +93,16 @@ def _text(value: str) -> ColumnElement[str]:
 
 
 def folded(error: ColumnElement[Any]) -> ColumnElement[str | None]:
-    """V2: the first ``GROUP_TEXT`` characters of ``error`` with digits and ids folded."""
-    text: ColumnElement[Any] = func.left(error, literal(GROUP_TEXT, type_=Integer))
+    """V2: ``error`` with digits and ids folded, cut to ``GROUP_TEXT`` characters.
+
+    Folded before it is cut (so ``order 7`` and ``order 1234`` leave the same
+    key whatever follows), but only its first ``_FOLDED_TEXT`` characters:
+    a megabyte of error text is never run through the patterns.
+    """
+    text: ColumnElement[Any] = func.left(error, literal(_FOLDED_TEXT, type_=Integer))
     for pattern, placeholder in _FOLDS:
         text = func.regexp_replace(text, _text(pattern), _text(placeholder), _text("g"))
-    return text
+    return func.left(text, literal(GROUP_TEXT, type_=Integer))
 
 
 def exception_type(errors: ColumnElement[Any]) -> ColumnElement[str | None]:
@@ -117,7 +123,8 @@ def _group_matches(typed: bool) -> list[ColumnElement[bool]]:
 
 @cache
 def dead_groups() -> Select[Any]:
-    """``(error_type, error, count, newest died_at, newest id)`` of the newest dead rows.
+    """``(error_type, error, count, newest died_at, newest id, longest error in bytes)``
+    of the newest dead rows.
 
     Biggest group first; ``error`` is the folded key (NULL: no error text).
     """
@@ -127,6 +134,8 @@ def dead_groups() -> Select[Any]:
             dead_jobs.c.died_at,
             folded(dead_jobs.c.last_error).label("error"),
             exception_type(dead_jobs.c.errors).label("error_type"),
+            # From the value's header: no long text is read to learn its size.
+            func.octet_length(dead_jobs.c.last_error).label("size"),
         )
         .where(dead_jobs.c.queue == queue_param())
         .order_by(dead_jobs.c.died_at.desc())
@@ -140,6 +149,7 @@ def dead_groups() -> Select[Any]:
             func.count().label("n"),
             func.max(newest.c.died_at).label("last_died_at"),
             func.max(newest.c.id).label("last_id"),
+            func.max(newest.c.size).label("longest"),
         )
         .group_by(newest.c.error_type, newest.c.error)
         .order_by(func.count().desc(), newest.c.error, newest.c.error_type)
