@@ -195,6 +195,15 @@ class AsyncQueue(QueueFace[AsyncStore]):
         self._life.check_open()
         return await self._store._run(self._core.get_job(job_id))
 
+    async def wait(self, job_id: int, *, timeout: float | timedelta | None = None) -> Job | None:
+        """R3: the job's final ``Job`` once completed or dead; None once its row is
+        gone with nothing kept; ``TimeoutError`` at ``timeout`` (None: forever)."""
+        self._life.check_open()
+        checked = _core.wait_args(job_id, timeout)
+        from ._extras.waiters import wait_async  # the listener loads only for a wait
+
+        return await wait_async(self, *checked)
+
     async def sweep_expired(self, *, session: AsyncSessionLike | None = None) -> SweepResult:
         """Q25; with ``session``, in the caller's transaction, else in one of its own."""
         self._life.check_open()
@@ -246,9 +255,12 @@ class AsyncJobHandle(HandleFace[AsyncStore]):
 
     __slots__ = ()
 
-    async def ack(self, *, session: AsyncSessionLike | None = None) -> bool:
+    async def ack(
+        self, result: bytes | None = None, *, session: AsyncSessionLike | None = None
+    ) -> bool:
+        """Q16; R1: a job stamped with keep_completed is kept, with ``result``."""
         self._life.check_open()
-        return await self._store._run(self._core.ack(), session)
+        return await self._store._run(self._core.ack(result), session)
 
     async def retry(
         self,
@@ -265,6 +277,13 @@ class AsyncJobHandle(HandleFace[AsyncStore]):
     ) -> bool:
         self._life.check_open()
         return await self._store._run(self._core.fail(error), session)
+
+    async def snooze(
+        self, delay: float | timedelta, *, session: AsyncSessionLike | None = None
+    ) -> bool:
+        """Z1: pending again ``delay`` seconds from now, the attempt refunded, no error kept."""
+        self._life.check_open()
+        return await self._store._run(self._core.snooze(delay), session)
 
     async def heartbeat(
         self, extend: float | timedelta, *, session: AsyncSessionLike | None = None

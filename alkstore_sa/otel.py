@@ -92,7 +92,7 @@ class _QueueAttrs:
         self.process = {**self.base, _OPERATION_NAME: "process"}
         self.outcomes: dict[str, dict[str, str]] = {
             outcome: {**self.base, _OUTCOME: outcome}
-            for outcome in ("acked", "retried", "dead", "lost")
+            for outcome in ("acked", "retried", "dead", "lost", "snoozed", "cancelled")
         }
 
 
@@ -193,7 +193,9 @@ class _OtelObserver(_instrument.Observer):
         self.outcomes = meter.create_counter(
             "alkstore.job.outcomes",
             unit="{job}",
-            description="What became of each handler run: acked, retried, dead or lost.",
+            description=(
+                "What became of each handler run: acked, retried, dead, lost, snoozed or cancelled."
+            ),
         )
         self.queue_time = meter.create_histogram(
             "alkstore.job.queue_time",

@@ -300,7 +300,7 @@ class _QueueMetrics:
         self.queue_time = m.queue_time.labels(queue)
         self.outcomes = {
             outcome: m.jobs.labels(queue, outcome)
-            for outcome in ("acked", "retried", "dead", "lost")
+            for outcome in ("acked", "retried", "dead", "lost", "snoozed", "cancelled")
         }
 
 
@@ -321,7 +321,8 @@ class WorkerMetrics(Observer):
         self.registry = registry
         self.jobs = Counter(
             "alkstore_worker_jobs",
-            "Handler runs by outcome: acked, retried, dead (dead-lettered), lost (claim lost)",
+            "Handler runs by outcome: acked, retried, dead (dead-lettered), lost (claim lost), "
+            "snoozed, cancelled",
             ["queue", "outcome"],
             registry=None,
         )

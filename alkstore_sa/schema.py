@@ -36,6 +36,7 @@ from ._values.validate import DEFAULT_SCHEMA
 
 __all__ = [
     "DEFAULT_SCHEMA",
+    "completed_jobs",
     "dead_jobs",
     "jobs",
     "metadata",
@@ -125,6 +126,9 @@ jobs = Table(
         Computed("CASE WHEN parked THEN 'infinity'::timestamptz ELSE run_at END", persisted=True),
         nullable=False,
     ),
+    # R1: how long the job is kept once acked (the stamp, resolved at
+    # enqueue); NULL (the default) deletes it at its ack, as Q16 says.
+    Column("keep_completed", Interval),
     CheckConstraint("status IN ('pending', 'processing')", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
@@ -230,6 +234,40 @@ dead_jobs = Table(
     CheckConstraint(_ERRORS_ARRAY, name="errors"),
     # Retention purges walk this (Q25).
     Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
+    # Added by 0011: the job's R1 stamp, kept so a requeue restores it.
+    Column("keep_completed", Interval),
+)
+
+# R1: acked jobs stamped with keep_completed, moved here by the ack's own
+# statement (so in its transaction) with their result, and deleted by
+# sweep_expired() once keep_until has passed.  Cold like dead_jobs: the hot
+# table never holds them.
+completed_jobs = Table(
+    "completed_jobs",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column("queue", Text, nullable=False),
+    Column("payload", LargeBinary, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("run_at", _TZ, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("visibility_timeout", Interval, nullable=False),
+    Column("expires_at", _TZ),
+    Column("worker_id", Text),
+    Column("claim_deadline", _TZ),
+    Column("created_at", _TZ, nullable=False),
+    Column("last_error", Text),
+    Column("errors", JSONB),
+    Column("trace_context", JSONB),
+    Column("unique_key", Text),
+    Column("keep_completed", Interval, nullable=False),
+    Column("result", LargeBinary),
+    Column("finished_at", _TZ, nullable=False),
+    Column("keep_until", _TZ, nullable=False),
+    # The sweep deletes by (queue, keep_until); listings go by id.
+    Index("completed_jobs_queue_keep_until_ix", "queue", "keep_until"),
+    Index("completed_jobs_queue_id_ix", "queue", "id"),
 )
 
 # O4: a row per paused queue; every claim looks its queue up here (by the

@@ -169,6 +169,15 @@ class Queue(QueueFace[Store]):
         self._life.check_open()
         return self._store._run(self._core.get_job(job_id))
 
+    def wait(self, job_id: int, *, timeout: float | timedelta | None = None) -> Job | None:
+        """R3: the job's final ``Job`` once completed or dead; None once its row is
+        gone with nothing kept; ``TimeoutError`` at ``timeout`` (None: forever)."""
+        self._life.check_open()
+        checked = _core.wait_args(job_id, timeout)
+        from ._extras.waiters import wait_sync  # the listener loads only for a wait
+
+        return wait_sync(self, *checked)
+
     def sweep_expired(self, *, session: SyncSession | None = None) -> SweepResult:
         """Q25; with ``session``, in the caller's transaction, else in one of its own."""
         self._life.check_open()
@@ -220,9 +229,10 @@ class JobHandle(HandleFace[Store]):
 
     __slots__ = ()
 
-    def ack(self, *, session: SyncSession | None = None) -> bool:
+    def ack(self, result: bytes | None = None, *, session: SyncSession | None = None) -> bool:
+        """Q16; R1: a job stamped with keep_completed is kept, with ``result``."""
         self._life.check_open()
-        return self._store._run(self._core.ack(), session)
+        return self._store._run(self._core.ack(result), session)
 
     def retry(
         self,
@@ -237,6 +247,11 @@ class JobHandle(HandleFace[Store]):
     def fail(self, error: str | None = None, *, session: SyncSession | None = None) -> bool:
         self._life.check_open()
         return self._store._run(self._core.fail(error), session)
+
+    def snooze(self, delay: float | timedelta, *, session: SyncSession | None = None) -> bool:
+        """Z1: pending again ``delay`` seconds from now, the attempt refunded, no error kept."""
+        self._life.check_open()
+        return self._store._run(self._core.snooze(delay), session)
 
     def heartbeat(self, extend: float | timedelta, *, session: SyncSession | None = None) -> bool:
         self._life.check_open()

@@ -87,18 +87,29 @@ class RunReport:
     outcome the database refused because the claim was gone (the handler
     cancelled its own job, say).  ``errors``: the exception each failed run
     raised, by job id (the last one, for a job that failed more than once).
+    ``snoozed``: runs whose handler raised ``SnoozeJob`` (the job is pending
+    again; one snoozed with no delay runs again in the same call).
     """
 
     acked: list[int] = field(default_factory=list)
     retried: list[int] = field(default_factory=list)
     dead: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
+    snoozed: list[int] = field(default_factory=list)  # Z1: put back by SnoozeJob
+    cancelled: list[int] = field(default_factory=list)  # C1: cancelled while running
     errors: dict[int, BaseException] = field(default_factory=dict)
 
     @property
     def runs(self) -> int:
         """How many handler runs there were."""
-        return len(self.acked) + len(self.retried) + len(self.dead) + len(self.lost)
+        return (
+            len(self.acked)
+            + len(self.retried)
+            + len(self.dead)
+            + len(self.lost)
+            + len(self.snoozed)
+            + len(self.cancelled)
+        )
 
 
 SyncTarget = Queue | Worker | Tasks[Store]
@@ -216,6 +227,12 @@ class _Tally:
 
     def released(self, qs: QueueState, slot: Slot, result: Released | None) -> None:
         self.report.lost.append(slot.job.id)  # never here: run_due has no shutdown
+
+    def snoozed(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None:
+        self.report.snoozed.append(slot.job.id)
+
+    def cancelled(self, qs: QueueState, slot: Slot) -> None:
+        self.report.cancelled.append(slot.job.id)
 
 
 def _run_sync(pairs: list[tuple[Any, HandlerSpec]], limit: int | None) -> RunReport:

@@ -212,6 +212,9 @@ class FakePort:
     async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
         return self.db.ack(claims)
 
+    async def ack_kept(self, claim: ClaimKey, result: bytes | None) -> bool:
+        return bool(self.db.ack([claim]))
+
     async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
         return self.db.extend(claims)
 
@@ -226,6 +229,9 @@ class FakePort:
 
     async def fail(self, claim: ClaimKey, error: str | None, traceback: str | None) -> bool:
         return self.db.settle("fail", claim, error, None)
+
+    async def snooze(self, claim: ClaimKey, delay: float) -> bool:
+        return self.db.settle("retry", claim, None, delay)
 
     async def release(self, claim: ClaimKey) -> Released | None:
         return "released" if self.db.settle("release", claim, None, None) else None

@@ -182,8 +182,21 @@ class QueueCore:
         """
         return partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
 
-    def ack_claim(self, job_id: int, attempts: int) -> Call[bool]:
-        """Ack one held claim (a session handler's ack, Q28); False when it was gone."""
+    def ack_claim(
+        self, job_id: int, attempts: int, *, kept: bool = False, result: bytes | None = None
+    ) -> Call[bool]:
+        """Ack one held claim (a session handler's ack, Q28); False when it was gone.
+
+        ``kept``: the job carries keep_completed, so it moves with ``result`` (R1).
+        """
+        if kept:
+            return partial(
+                _ops.ack_kept,
+                address=self.address,
+                job_id=job_id,
+                attempts=attempts,
+                result=result,
+            )
         return partial(_ops.ack, address=self.address, job_id=job_id, attempts=attempts)
 
     def retry_claim(
@@ -198,6 +211,16 @@ class QueueCore:
             delay=as_interval(delay),
             error=error,
             traceback=traceback,
+        )
+
+    def snooze_claim(self, job_id: int, attempts: int, delay: float) -> Call[bool]:
+        """Z1 for a held claim, ``delay`` seconds (already checked) from now."""
+        return partial(
+            _ops.snooze,
+            address=self.address,
+            job_id=job_id,
+            attempts=attempts,
+            delay=as_interval(delay),
         )
 
     def fail_claim(
@@ -298,6 +321,7 @@ def _key_only(opts: EnqueueOpts) -> bool:
         and opts.run_at is None
         and opts.expires_in is None
         and opts.max_attempts is None
+        and opts.keep_completed is None
     )
 
 
@@ -343,6 +367,12 @@ def _status(value: object) -> JobStatus | None:
     raise ValueError(f"status must be one of {', '.join(JOB_STATUSES)} or None, got {value!r}")
 
 
+def wait_args(job_id: object, timeout: object) -> tuple[int, float | None]:
+    """R3: a wait's job id and timeout (seconds, >= 0, or None), checked before SQL."""
+    seconds = None if timeout is None else v.duration(timeout, "timeout", allow_zero=True)
+    return v.job_id(job_id), seconds
+
+
 def queue_names(schema: str) -> Call[list[str]]:
     """O6: every queue with a live row, a dead row or a pause."""
     return partial(_ops.queue_names, address=StoreAddress(schema))
@@ -371,7 +401,7 @@ class HandleCore:
     def _check_unspent(self) -> None:
         if self._spent:
             raise HandleSpentError(
-                f"job {self.job.id}: this handle already acked, retried or failed"
+                f"job {self.job.id}: this handle already acked, retried, failed or snoozed"
             )
 
     def _consuming(self, op: Call[T]) -> Call[T]:
@@ -397,9 +427,17 @@ class HandleCore:
     def _identity(self) -> dict[str, Any]:
         return {"address": self.queue.address, "job_id": self.job.id, "attempts": self.job.attempts}
 
-    def ack(self) -> Call[bool]:
+    def ack(self, result: object = None) -> Call[bool]:
+        """Q16; R1: a job stamped with keep_completed is kept with ``result``.
+
+        ``result`` (bytes-like or None) is checked before SQL; a job without
+        the stamp ignores it and is acked by the statement it always was.
+        """
+        data = None if result is None else v.payload(result, "result")
         self._check_unspent()
-        return self._consuming(self.queue.ack_claim(self.job.id, self.job.attempts))
+        job = self.job
+        kept = job.keep_completed is not None
+        return self._consuming(self.queue.ack_claim(job.id, job.attempts, kept=kept, result=data))
 
     def retry(
         self, error: object, delay: object, *, traceback: str | None = None
@@ -424,6 +462,13 @@ class HandleCore:
         self._check_unspent()
         job = self.job
         return self._consuming(self.queue.fail_claim(job.id, job.attempts, text, traceback))
+
+    def snooze(self, delay: object) -> Call[bool]:
+        """Z1: one-shot like ack/retry/fail (Q20); ``delay`` >= 0 checked before SQL."""
+        seconds = v.duration(delay, "delay", allow_zero=True)
+        self._check_unspent()
+        job = self.job
+        return self._consuming(self.queue.snooze_claim(job.id, job.attempts, seconds))
 
     def heartbeat(self, extend: object) -> Call[bool] | None:
         """``None`` when spent: the face returns ``False`` without SQL (Q20)."""

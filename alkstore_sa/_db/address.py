@@ -32,6 +32,14 @@ class StoreAddress:
     schema: str
 
     @property
+    def done_channel(self) -> str:
+        """R3: told when a job that keeps a result completes (or a job dies).
+
+        No queue's channel can be it: queue names never start with ``alkstore``.
+        """
+        return channel_for(self.schema, "alkstore.done")
+
+    @property
     def execution_options(self) -> dict[str, Any]:
         if self.schema == "alkstore":
             # The tables' own placeholder: nothing to translate.  A translate

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from sqlalchemy import Connection
 
-from .._values.job import Job
+from .._values.job import Job, shown_row
 from ..schema import DEFAULT_SCHEMA
 from .address import StoreAddress
 from .execute import fetch
@@ -107,7 +107,7 @@ def clock(conn: Connection, address: StoreAddress) -> datetime:
 
 
 def _jobs(rows: list[Any]) -> list[Job]:
-    return [Job.from_live(r[:-1], died_at=r[-1]) for r in rows]
+    return [shown_row(r) for r in rows]
 
 
 def error_groups(

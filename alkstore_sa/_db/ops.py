@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import Connection, Update
 
 from .._values.errors import AlkstoreError
-from .._values.job import Job, JobStatus, QueueStats, SweepResult, decode_claimed, shown
+from .._values.job import Job, JobStatus, QueueStats, SweepResult, decode_claimed, shown_row
 from .execute import fetch
 from .park import PARK_LIMIT, Parker
 from .sql import claim as claim_sql
@@ -48,6 +48,9 @@ def enqueue(
     if not payloads:
         return []
     params = _enqueue_params(address, stamps)
+    if stamps.keep_completed is not None:  # R1: the kept variants, so no other changes
+        params["p_keep_completed"] = stamps.keep_completed
+        return _enqueue_kept(conn, address, params, payloads, None, trace_context)
     if trace_context:
         params["p_trace_context"] = trace_context
         if len(payloads) == 1:
@@ -62,6 +65,34 @@ def enqueue(
         return [row[0] for row in fetch(conn, address, enqueue_sql.enqueue_one(), params)]
     params["p_payloads"] = payloads
     return [row[0] for row in fetch(conn, address, enqueue_sql.enqueue(), params)]
+
+
+def _enqueue_kept(
+    conn: Connection,
+    address: QueueAddress,
+    params: dict[str, Any],
+    payloads: list[bytes],
+    keys: list[str | None] | None,
+    trace_context: dict[str, str] | None,
+) -> list[Any]:
+    """R1: an enqueue stamped with keep_completed (plain: ids; keyed: (id, key) rows).
+
+    ``params`` carries ``p_keep_completed`` (the caller's stamp)."""
+    one = len(payloads) == 1
+    if trace_context:
+        params["p_trace_context"] = trace_context
+    if one:
+        params["p_payload"] = payloads[0]
+    else:
+        params["p_payloads"] = payloads
+    if keys is not None:
+        if one:
+            params["p_unique_key"] = keys[0]
+        else:
+            params["p_unique_keys"] = keys
+    stmt = enqueue_sql.enqueue_kept(one=one, keyed=keys is not None, traced=bool(trace_context))
+    rows = fetch(conn, address, stmt, params)
+    return rows if keys is not None else [row[0] for row in rows]
 
 
 def _enqueue_params(address: QueueAddress, stamps: Stamps) -> dict[str, Any]:
@@ -116,6 +147,8 @@ def enqueue_keyed(
     params = _enqueue_params(address, stamps)
     if trace_context:
         params["p_trace_context"] = trace_context
+    if stamps.keep_completed is not None:
+        params["p_keep_completed"] = stamps.keep_completed
     keyed: dict[str, int] = {}
     keyless: list[int] = []  # the keyless payloads' ids, in input order (ids ascend with it)
     for _ in range(KEYED_ROUNDS):
@@ -153,6 +186,11 @@ def _insert_keyed(
     sending: list[int],
 ) -> list[Any]:
     traced = "p_trace_context" in params
+    if params.get("p_keep_completed") is not None:
+        picked = [payloads[i] for i in sending]
+        return _enqueue_kept(
+            conn, address, params, picked, [keys[i] for i in sending], params.get("p_trace_context")
+        )
     if len(sending) == 1:
         [i] = sending
         one = {**params, "p_payload": payloads[i], "p_unique_key": keys[i]}
@@ -230,6 +268,18 @@ def ack(conn: Connection, *, address: QueueAddress, job_id: int, attempts: int) 
     return bool(fetch(conn, address, handle_sql.ack(), _held(job_id, attempts)))
 
 
+def ack_kept(
+    conn: Connection, *, address: QueueAddress, job_id: int, attempts: int, result: bytes | None
+) -> bool:
+    """R1: the ack of a job stamped with keep_completed, keeping ``result``."""
+    params = {
+        **_held(job_id, attempts),
+        "p_result": result,
+        "p_done_channel": address.done_channel,
+    }
+    return bool(fetch(conn, address, handle_sql.ack_kept(), params))
+
+
 def heartbeat(
     conn: Connection, *, address: QueueAddress, job_id: int, attempts: int, extend: timedelta
 ) -> bool:
@@ -253,9 +303,18 @@ def retry(
         "p_delay": delay,
         "p_error": error,
         "p_traceback": traceback,
+        "p_done_channel": address.done_channel,
     }
     rows = fetch(conn, address, handle_sql.retry(), params)
     return None if not rows else ("dead" if rows[0][1] == handle_sql.RETRIED_DEAD else "retried")
+
+
+def snooze(
+    conn: Connection, *, address: QueueAddress, job_id: int, attempts: int, delay: timedelta
+) -> bool:
+    """Z1: pending again after ``delay``, the attempt refunded; False when not held."""
+    params = {**_held(job_id, attempts), "p_delay": delay}
+    return bool(fetch(conn, address, handle_sql.snooze(), params))
 
 
 def fail(
@@ -267,7 +326,12 @@ def fail(
     error: str | None,
     traceback: str | None = None,
 ) -> bool:
-    params = {**_held(job_id, attempts), "p_error": error, "p_traceback": traceback}
+    params = {
+        **_held(job_id, attempts),
+        "p_error": error,
+        "p_traceback": traceback,
+        "p_done_channel": address.done_channel,
+    }
     return bool(fetch(conn, address, handle_sql.fail(), params))
 
 
@@ -298,7 +362,11 @@ def heartbeat_held(
 
 
 def ack_batch(conn: Connection, *, address: QueueAddress, job_ids: list[int]) -> int:
-    params = {"p_queue": address.queue, "p_job_ids": job_ids}
+    params = {
+        "p_queue": address.queue,
+        "p_job_ids": job_ids,
+        "p_done_channel": address.done_channel,
+    }
     return len(fetch(conn, address, queue_wide_sql.ack_batch(), params))
 
 
@@ -311,7 +379,7 @@ def get_job(conn: Connection, *, address: QueueAddress, job_id: int) -> Job | No
     params = {"p_queue": address.queue, "p_job_id": job_id}
     rows = fetch(conn, address, queue_wide_sql.get_job(), params)
     # The live columns then died_at (pinned by a test).
-    return shown(rows[0][:-1], died_at=rows[0][-1]) if rows else None
+    return shown_row(rows[0]) if rows else None
 
 
 def record_outcomes(
@@ -335,7 +403,8 @@ def sweep(conn: Connection, *, address: QueueAddress, retention: timedelta | Non
     if retention is not None:
         params = {**queue, "p_retention": retention}
         purged = len(fetch(conn, address, queue_wide_sql.purge_dead(), params))
-    return SweepResult(expired=expired, purged=purged)
+    completed = len(fetch(conn, address, queue_wide_sql.purge_completed(), queue))
+    return SweepResult(expired=expired, purged=purged, completed=completed)
 
 
 # -- the queue as a whole (O1-O6) ------------------------------------------------
@@ -356,7 +425,7 @@ def list_jobs(
     """O1: newest first by id; live and dead rows in ``get_job``'s row shape."""
     params = {"p_queue": address.queue, "p_status": status, "p_limit": limit, "p_before": before}
     rows = fetch(conn, address, queue_admin_sql.list_jobs(), params, custom_plan=True)
-    return [shown(row[:-1], died_at=row[-1]) for row in rows]
+    return [shown_row(row) for row in rows]
 
 
 def requeue_dead(
@@ -411,9 +480,11 @@ def resume(conn: Connection, *, address: QueueAddress) -> bool:
 
 def _stats(queue: str, row: Sequence[Any]) -> QueueStats:
     # stats_sql.STATS_COLUMNS, in that order.
-    due, scheduled, processing, lapsed, expired, dead, oldest, now, paused = row
+    due, scheduled, processing, lapsed, expired, dead, oldest, now, paused, completed = row
     age = 0.0 if oldest is None else max((now - oldest).total_seconds(), 0.0)
-    return QueueStats(queue, due, scheduled, processing, lapsed, expired, dead, age, bool(paused))
+    return QueueStats(
+        queue, due, scheduled, processing, lapsed, expired, dead, age, bool(paused), completed
+    )
 
 
 def stats(conn: Connection, *, address: QueueAddress) -> QueueStats:

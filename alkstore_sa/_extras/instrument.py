@@ -39,7 +39,7 @@ log = logging.getLogger("alkstore_sa.instrument")
 
 # What became of one handler run: the ``alkstore.outcome`` of B3, the
 # ``outcome`` label of B4.
-Outcome = Literal["acked", "retried", "dead", "lost"]
+Outcome = Literal["acked", "retried", "dead", "lost", "snoozed", "cancelled"]
 
 # Filled by an observer while an enqueue runs; stored with the job as its
 # ``trace_context`` when not empty (B3).

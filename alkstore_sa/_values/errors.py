@@ -21,6 +21,10 @@ they are.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .job import Job
 
 __all__ = [
     "AlkstoreError",
@@ -28,8 +32,10 @@ __all__ = [
     "HandleSpentError",
     "InvalidEnvelope",
     "InvalidNameError",
+    "JobDeadError",
     "RetryJob",
     "SchemaMissingError",
+    "SnoozeJob",
     "StoreClosedError",
     "UnknownTaskError",
     "WorkerStartError",
@@ -116,3 +122,27 @@ class RetryJob(Exception):
         super().__init__(error)
         self.error = error
         self.delay = delay
+
+
+class SnoozeJob(AlkstoreError):
+    """Raised by a worker handler to put its job back for ``delay`` seconds (Z1).
+
+    The attempt is refunded and nothing is recorded as an error: a snooze
+    is not a failure.  ``delay`` (seconds or a ``timedelta``, >= 0) is
+    checked here, so ``SnoozeJob(-1)`` raises ``ValueError`` at once.
+    """
+
+    def __init__(self, delay: float | int | timedelta) -> None:
+        from .validate import duration  # validate imports this module
+
+        seconds = duration(delay, "delay", allow_zero=True)
+        super().__init__(f"snoozed for {seconds:g}s")
+        self.delay = seconds
+
+
+class JobDeadError(AlkstoreError):
+    """``task.result()`` of a job that died (R3); ``.job`` is the dead ``Job``."""
+
+    def __init__(self, job: Job) -> None:
+        super().__init__(f"job {job.id} on {job.queue!r} is dead: {job.last_error}")
+        self.job = job

@@ -21,10 +21,11 @@ __all__ = [
     "UNDECODABLE_ERROR",
     "decode_claimed",
     "shown",
+    "shown_row",
 ]
 
-JobStatus = Literal["pending", "processing", "dead"]
-JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "processing", "dead")
+JobStatus = Literal["pending", "processing", "dead", "completed"]
+JOB_STATUSES: tuple[JobStatus, ...] = ("pending", "processing", "dead", "completed")
 
 # The live table's columns in table order: what ``RETURNING jobs.*`` yields.
 LIVE_COLUMNS = (
@@ -45,6 +46,7 @@ LIVE_COLUMNS = (
     "errors",
     "trace_context",
     "unique_key",
+    "keep_completed",
 )
 
 # B2: how many of a job's errors it keeps (the newest).
@@ -155,7 +157,20 @@ def decode_claimed(rows: Iterable[Sequence[Any]]) -> tuple[list[Job], list[tuple
     return jobs, bad
 
 
-def shown(row: Sequence[Any], died_at: datetime | None = None) -> Job:
+def shown_row(row: Sequence[Any]) -> Job:
+    """A row of the read shape (``get_job``, listings): ``LIVE_COLUMNS``, then
+    ``died_at``, ``result``, ``finished_at`` -- live, dead and kept completed rows
+    alike (R1) -- shown as ``shown`` shows it."""
+    *live, died_at, result, finished_at = row
+    return shown(live, died_at, result, finished_at)
+
+
+def shown(
+    row: Sequence[Any],
+    died_at: datetime | None = None,
+    result: bytes | None = None,
+    finished_at: datetime | None = None,
+) -> Job:
     """A row to show (listings, ``get_job``): never fails on its JSON columns.
 
     An ``errors`` history or a trace context that cannot be read is shown
@@ -164,12 +179,12 @@ def shown(row: Sequence[Any], died_at: datetime | None = None) -> Job:
     the whole listing.
     """
     try:
-        return Job.from_live(row, died_at)
+        return Job.from_live(row, died_at, result, finished_at)
     except (KeyError, TypeError, ValueError, AttributeError):
         cleared = list(row)
         cleared[_ERRORS_AT] = None
         cleared[_TRACE_AT] = None
-        return Job.from_live(cleared, died_at)
+        return Job.from_live(cleared, died_at, result, finished_at)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,10 +211,22 @@ class Job:
     trace_context: dict[str, str] | None = field(default=None, repr=False)
     # U1: the key the job was enqueued with (kept by a dead letter), None without one.
     unique_key: str | None = None
+    # R1: what the job produced (a kept completed job only), else None.
+    result: bytes | None = field(default=None, repr=False)
+    # R1: when it was acked (a kept completed job only), else None.
+    finished_at: datetime | None = None
+    # R1: the stamp: seconds it is kept once acked; None = deleted at its ack.
+    keep_completed: float | None = None
 
     @classmethod
     def from_live(
-        cls, row: Sequence[Any], died_at: datetime | None = None, *, strict: bool = False
+        cls,
+        row: Sequence[Any],
+        died_at: datetime | None = None,
+        result: bytes | None = None,
+        finished_at: datetime | None = None,
+        *,
+        strict: bool = False,
     ) -> Job:
         """A row of ``LIVE_COLUMNS``, in that order (the claim's rows).
 
@@ -224,6 +251,7 @@ class Job:
             errors,
             trace_context,
             unique_key,
+            keep,
         ) = row
         return cls(
             id_,
@@ -234,7 +262,7 @@ class Job:
             run_at,
             attempts,
             max_attempts,
-            vt.total_seconds() if isinstance(vt, timedelta) else float(vt),
+            _seconds(vt),
             expires_at,
             worker_id,
             claim_deadline,
@@ -244,7 +272,14 @@ class Job:
             () if errors is None else (_checked_errors if strict else _errors)(errors),
             trace_context,
             unique_key,
+            None if result is None else bytes(result),
+            finished_at,
+            None if keep is None else _seconds(keep),
         )
+
+
+def _seconds(value: Any) -> float:
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
 
 
 _ERRORS_AT = LIVE_COLUMNS.index("errors")
@@ -252,10 +287,14 @@ _TRACE_AT = LIVE_COLUMNS.index("trace_context")
 
 
 class SweepResult(NamedTuple):
-    """What ``sweep_expired()`` did: rows moved to dead as expired, dead rows purged."""
+    """What ``sweep_expired()`` did: rows moved to dead as expired, dead rows purged.
+
+    ``completed``: kept completed jobs deleted once their time was up (R1).
+    """
 
     expired: int
     purged: int
+    completed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,3 +318,5 @@ class QueueStats:
     dead: int
     oldest_due_age: float
     paused: bool
+    # R1: kept completed jobs not swept yet.
+    completed: int = 0

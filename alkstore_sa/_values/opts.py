@@ -35,9 +35,12 @@ class QueueOpts:
     dead_letter_retention: float | int | timedelta | None = None
     # The largest payload this handle enqueues, in bytes (None: no limit; V7).
     max_payload_bytes: int | None = DEFAULT_MAX_PAYLOAD_BYTES
+    # R1: keep each acked job (and its result) this long; None deletes it at its ack.
+    keep_completed: float | int | timedelta | None = None
 
     def __post_init__(self) -> None:
         v.integer(self.priority, "priority")
+        _set(self, "keep_completed", v.optional_duration(self.keep_completed, "keep_completed"))
         if self.max_payload_bytes is not None:
             v.integer(self.max_payload_bytes, "max_payload_bytes", minimum=1)
         v.integer(self.max_attempts, "max_attempts", minimum=1)
@@ -70,8 +73,11 @@ class EnqueueOpts:
     expires_in: float | int | timedelta | None = None
     max_attempts: int | None = None
     unique_key: str | None = None
+    # R1: overrides the queue's keep_completed stamp for this job.
+    keep_completed: float | int | timedelta | None = None
 
     def __post_init__(self) -> None:
+        _set(self, "keep_completed", v.optional_duration(self.keep_completed, "keep_completed"))
         if self.priority is not None:
             v.integer(self.priority, "priority")
         if self.delay is not None:

@@ -24,6 +24,8 @@ class Stamps:
     run_at: datetime | None
     delay: timedelta
     expires_in: timedelta | None
+    # R1: how long the job is kept once acked; None = deleted at its ack.
+    keep_completed: timedelta | None = None
 
 
 def resolve_stamps(queue: QueueOpts, job: EnqueueOpts | None) -> Stamps:
@@ -34,6 +36,7 @@ def resolve_stamps(queue: QueueOpts, job: EnqueueOpts | None) -> Stamps:
     """
     job = job or EnqueueOpts()
     expires_in = job.expires_in if job.expires_in is not None else queue.expires_in
+    keep = job.keep_completed if job.keep_completed is not None else queue.keep_completed
     return Stamps(
         priority=job.priority if job.priority is not None else queue.priority,
         max_attempts=job.max_attempts if job.max_attempts is not None else queue.max_attempts,
@@ -41,6 +44,7 @@ def resolve_stamps(queue: QueueOpts, job: EnqueueOpts | None) -> Stamps:
         run_at=job.run_at if job.delay is None else None,
         delay=as_interval(job.delay or 0),
         expires_in=None if expires_in is None else as_interval(expires_in),
+        keep_completed=None if keep is None else as_interval(keep),
     )
 
 

@@ -184,10 +184,10 @@ def aware_datetime(value: object, what: str) -> datetime:
     return value
 
 
-def payload(value: object) -> bytes:
+def payload(value: object, what: str = "payload") -> bytes:
     if not isinstance(value, bytes | bytearray | memoryview):
         raise TypeError(
-            f"payload must be bytes-like (bytes, bytearray, memoryview), got {value!r:.80}"
+            f"{what} must be bytes-like (bytes, bytearray, memoryview), got {value!r:.80}"
         )
     return bytes(value)
 

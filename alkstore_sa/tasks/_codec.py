@@ -174,6 +174,8 @@ class Signature:
     signature: inspect.Signature
     structured: Mapping[str, tuple[type, bool]]
     takes_session: bool
+    # R2: the dataclass or model the return annotation names (and whether None is allowed).
+    returns: tuple[type, bool] | None = None
 
     @classmethod
     def of(cls, fn: Callable[..., Any]) -> Signature:
@@ -198,7 +200,29 @@ class Signature:
             tp, optional = _structured(hints.get(name))
             if tp is not None:
                 structured[name] = (tp, optional)
-        return cls(sig, structured, "session" in sig.parameters)
+        rtp, roptional = _structured(hints.get("return"))
+        returns = None if rtp is None else (rtp, roptional)
+        return cls(sig, structured, "session" in sig.parameters, returns)
+
+    def dump_result(self, value: object, where: str) -> bytes:
+        """R2: a return value as the job's result: compact JSON, UTF-8 (T1's rules)."""
+        here = f"{where}: return value"
+        kind = self.returns
+        if kind is not None and not (value is None and kind[1]):
+            data = _dump_structured(value, kind[0], here)
+        else:
+            data = _plain(value, here)
+        return json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode()
+
+    def load_result(self, result: bytes | None, where: str) -> Any:
+        """R2: a kept result decoded, a dataclass or model return annotation rebuilt."""
+        if result is None:
+            return None
+        data = json.loads(result)
+        kind = self.returns
+        if kind is not None and data is not None:
+            return _load_structured(data, kind[0], f"{where}: result")
+        return data
 
     def bind(self, kwargs: Mapping[str, object], where: str) -> None:
         """``TypeError`` for an unknown or missing parameter (``session`` is the worker's)."""

@@ -45,6 +45,13 @@ def _resolve(job: Job, known: Mapping[str, TaskBase[Any]]) -> tuple[TaskBase[Any
     return task, task.signature.load(kwargs, f"task {name!r}")
 
 
+def _result(job: Job, task: TaskBase[Any], value: object) -> bytes | None:
+    """R2: the task's return value encoded as the job's result, when the job keeps one."""
+    if job.keep_completed is None:
+        return None  # nothing keeps it: ignored, as before
+    return task.signature.dump_result(value, f"task {task.name!r}")
+
+
 def _is_async(task: TaskBase[Any]) -> bool:
     return inspect.iscoroutinefunction(task.fn)
 
@@ -64,8 +71,8 @@ def _sync_handler(queue: str, known: Mapping[str, TaskBase[Any]]) -> Handler:
         if _is_async(task):
             # Its own event loop in the handler's thread: a sync Worker still
             # runs an `async def` task to the end before acking it.
-            return asyncio.run(task.fn(**kwargs))
-        return task.fn(**kwargs)
+            return _result(job, task, asyncio.run(task.fn(**kwargs)))
+        return _result(job, task, task.fn(**kwargs))
 
     if any(task.takes_session for task in known.values()):
 
@@ -96,9 +103,9 @@ def _async_handler(queue: str, known: Mapping[str, TaskBase[Any]]) -> Handler:
         if task.takes_session:
             kwargs["session"] = session
         if _is_async(task):
-            return await task.fn(**kwargs)
+            return _result(job, task, await task.fn(**kwargs))
         # A plain function must not block the event loop the worker runs on.
-        return await asyncio.to_thread(task.fn, **kwargs)
+        return _result(job, task, await asyncio.to_thread(task.fn, **kwargs))
 
     if any(task.takes_session for task in known.values()):
 

@@ -28,6 +28,8 @@ from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm import Session
 
+from .._values.errors import JobDeadError
+from .._values.job import Job
 from .._values.opts import EnqueueOpts
 from ..aio import AsyncQueue
 from ..store import Queue
@@ -81,6 +83,17 @@ class TaskBase(Generic[QueueT]):
         data = self.signature.dump(kwargs, where)  # what JSON cannot hold, said first
         check_arguments(self._hints, kwargs, where)
         return encode_envelope(self.name, data)
+
+    def _decoded(self, job_id: int, job: Job | None) -> Any:
+        """R3: a finished job's result decoded (R2), or the error ``task.result()`` raises."""
+        if job is None:
+            raise LookupError(
+                f"job {job_id} of task {self.name!r} kept no result "
+                "(acked without keep_completed, cancelled, swept, or no such job)"
+            )
+        if job.status == "dead":
+            raise JobDeadError(job)
+        return self.signature.load_result(job.result, f"task {self.name!r}")
 
     def _payloads(self, many: Iterable[Mapping[str, object]]) -> list[bytes]:
         if isinstance(many, Mapping | str | bytes):
@@ -161,6 +174,14 @@ class _SyncDefer(TaskBase[Queue], Generic[P]):
         """Enqueue one call per kwargs dict, in one statement; the ids in order."""
         return self.queue.enqueue_many(self._payloads(many), opts, session=session)
 
+    def result(self, job_id: int, *, timeout: float | None = None) -> Any:
+        """R3: wait for the job, then its return value decoded (dataclasses, models rebuilt).
+
+        ``JobDeadError`` for a dead job, ``LookupError`` when nothing is kept,
+        ``TimeoutError`` at ``timeout`` seconds (None: wait forever).
+        """
+        return self._decoded(job_id, self.queue.wait(job_id, timeout=timeout))
+
 
 class _AsyncDefer(TaskBase[AsyncQueue], Generic[P]):
     @overload
@@ -200,6 +221,10 @@ class _AsyncDefer(TaskBase[AsyncQueue], Generic[P]):
     ) -> list[int]:
         """Enqueue one call per kwargs dict, in one statement; the ids in order."""
         return await self.queue.enqueue_many(self._payloads(many), opts, session=session)
+
+    async def result(self, job_id: int, *, timeout: float | None = None) -> Any:
+        """R3: the awaitable twin of ``Task.result``."""
+        return self._decoded(job_id, await self.queue.wait(job_id, timeout=timeout))
 
 
 class Deferrer(Generic[P]):

@@ -22,6 +22,7 @@ from .._db.sockets import shutdown_socket
 from .._values.job import Job
 from ..aio import AsyncStore, run_call
 from ._handlers import HandlerSpec, Scope, awaited_in, scoped
+from ._sync_runner import session_ack
 from ._threads import RunLanes
 
 __all__ = ["AsyncRunner"]
@@ -90,8 +91,8 @@ class AsyncRunner:
 async def _session_call(store: AsyncStore, spec: HandlerSpec, core: QueueCore, job: Job) -> bool:
     """Q28: the handler's writes and the ack commit together or not at all."""
     async with AsyncSession(store.engine) as session:
-        await spec.fn(job, session)
-        acked = await run_call(store, core.ack_claim(job.id, job.attempts), session)
+        result = await spec.fn(job, session)
+        acked = await run_call(store, session_ack(core, job, result), session)
         if acked:
             await session.commit()
         else:

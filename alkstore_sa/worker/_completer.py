@@ -71,6 +71,13 @@ class Settler:
             failed = qs.port.fail(slot.key, outcome.error, trace)
             if await self._record(qs, slot, "fail", failed, outcome):
                 report.dead(qs, slot, outcome)
+        elif kind == "snoozed":
+            snoozed = qs.port.snooze(slot.key, outcome.delay)
+            if await self._record(qs, slot, "snooze", snoozed, outcome):
+                qs.due(self._run.loop.time() + outcome.delay)  # V5: claim it when due
+                report.snoozed(qs, slot, outcome)
+        elif kind == "cancelled":
+            report.cancelled(qs, slot)
         elif kind == "released":
             await self._release(qs, slot)
         else:
@@ -78,7 +85,7 @@ class Settler:
 
     async def _settle_ack(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None:
         """One ack, its own round trip."""
-        if await self._record(qs, slot, "ack", _ack_one(qs, slot.key), outcome):
+        if await self._record(qs, slot, "ack", _ack_one(qs, slot, outcome), outcome):
             self.reports.acked(qs, slot)
 
     async def _release(self, qs: QueueState, slot: Slot) -> None:
@@ -109,8 +116,10 @@ class Settler:
         return result
 
 
-async def _ack_one(qs: QueueState, claim: ClaimKey) -> bool:
-    return claim[0] in await qs.port.ack([claim])
+async def _ack_one(qs: QueueState, slot: Slot, outcome: Outcome) -> bool:
+    if slot.job.keep_completed is not None:  # R1: moved with its result
+        return await qs.port.ack_kept(slot.key, outcome.result)
+    return slot.key[0] in await qs.port.ack([slot.key])
 
 
 class Completer(Settler):
@@ -124,6 +133,10 @@ class Completer(Settler):
         self._idle.set()
 
     async def _settle_ack(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None:
+        if slot.job.keep_completed is not None:
+            # R1: a kept job's ack moves it with its result: a round trip of its own.
+            await super()._settle_ack(qs, slot, outcome)
+            return
         if await self.ack(qs, slot.key):
             self.reports.acked(qs, slot)
         else:

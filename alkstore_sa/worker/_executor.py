@@ -9,6 +9,8 @@ happens to a job, by how its handler ended:
 - raised ``FailJob``: dead-lettered with its error (Q19);
 - raised ``RetryJob``: retried after its delay, or on the queue's curve when
   it gave none or one that is not a valid duration (Q17, Q18);
+- raised ``SnoozeJob``: pending again after its delay, the attempt
+  refunded, no error recorded (Z1);
 - raised anything else: retried on the curve, the exception's text as the
   error (its type's name when the text is empty);
 - ran past ``job_timeout``: retried like an exception; an async handler is
@@ -31,7 +33,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 
 from .._values import validate as v
-from .._values.errors import FailJob, RetryJob
+from .._values.errors import FailJob, RetryJob, SnoozeJob
 from .._values.job import Job
 from .._values.opts import QueueOpts
 from .._values.stamps import backoff_delay
@@ -173,6 +175,15 @@ class Executor:
             return Outcome("lost", why="before the ack; the handler's writes rolled back")
         if slot.lost:
             return Outcome("lost", why="while the handler ran; not acked")
+        if slot.job.keep_completed is not None:  # R2: its return value is the result
+            value = fut.result()
+            if value is not None and not isinstance(value, bytes | bytearray | memoryview):
+                error = TypeError(
+                    f"handler returned a {type(value).__name__}; a job that keeps its "
+                    "result takes bytes or None"
+                )
+                return outcome_of(qs.binding.core.opts, slot.job, error)
+            return Outcome("acked", result=None if value is None else bytes(value))
         return ACKED
 
     def _timed_out(self, qs: QueueState, slot: Slot) -> Outcome:
@@ -245,6 +256,8 @@ def outcome_of(opts: QueueOpts, job: Job, exc: BaseException) -> Outcome:
     """The rule for a handler that raised (Q27), in one place: ``FailJob``
     dead-letters now; ``RetryJob`` retries after its delay (the curve when it
     gave none or an invalid one); anything else retries on the curve."""
+    if isinstance(exc, SnoozeJob):  # Z1: not a failure, no error, no traceback
+        return Outcome("snoozed", delay=exc.delay, exc=exc)
     trace = bounded(exc)
     if isinstance(exc, FailJob):
         return Outcome("dead", stored_error(exc.error), exc=exc, trace=trace)

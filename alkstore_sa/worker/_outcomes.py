@@ -11,6 +11,7 @@ the log, the metrics and the spans agree on it:
 - ``lost``: WARNING (the claim lapsed, or the outcome could not be
   recorded: the job is handed out again, or buried if it had no attempt
   left, Q12);
+- ``snoozed`` (Z1) and ``cancelled`` (C1): INFO;
 - ``released`` (at shutdown): WARNING for a running job, DEBUG for one
   claimed ahead and never started.
 
@@ -52,10 +53,12 @@ class Outcome:
     ``acked`` (``by_session``: its session acked it already, Q28), ``retry``
     after ``delay`` seconds (dead-lettered by the database on the last
     attempt, Q18), ``dead`` now (``FailJob``, Q19), ``released`` (given back
-    at shutdown), ``lost`` (nothing to record: ``why``).
+    at shutdown), ``lost`` (nothing to record: ``why``), ``snoozed`` for
+    ``delay`` seconds (``SnoozeJob``, Z1), ``cancelled`` (its row was
+    cancelled while it ran: nothing to record, C1).
     """
 
-    kind: Literal["acked", "retry", "dead", "released", "lost"]
+    kind: Literal["acked", "retry", "dead", "released", "lost", "snoozed", "cancelled"]
     error: str | None = None
     delay: float = 0.0
     exc: BaseException | None = None  # what the handler raised, if it raised
@@ -63,6 +66,7 @@ class Outcome:
     timed_out: bool = False
     by_session: bool = False
     why: str = ""
+    result: bytes | None = None  # R2: what an acked job that keeps a result produced
 
 
 class Reports(Protocol):
@@ -79,6 +83,10 @@ class Reports(Protocol):
     ) -> None: ...
 
     def released(self, qs: QueueState, slot: Slot, result: Released | None) -> None: ...
+
+    def snoozed(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None: ...
+
+    def cancelled(self, qs: QueueState, slot: Slot) -> None: ...
 
 
 def _deliberate(exc: BaseException | None) -> bool:
@@ -203,6 +211,34 @@ class Reporter:
             extra=_extra(job, qs.name, "lost"),
         )
         self._notify(qs, slot, "lost")
+
+    def snoozed(self, qs: QueueState, slot: Slot, outcome: Outcome) -> None:
+        """Z1: put back for later by its handler; the attempt refunded."""
+        job = slot.job
+        log.info(
+            "job %d on %s snoozed for %gs (attempt %d/%d refunded)",
+            job.id,
+            qs.name,
+            outcome.delay,
+            job.attempts,
+            job.max_attempts,
+            extra=_extra(job, qs.name, "snoozed"),
+        )
+        self._notify(qs, slot, "snoozed")
+
+    def cancelled(self, qs: QueueState, slot: Slot) -> None:
+        """C1: its row was cancelled; the handler was stopped or never started."""
+        job = slot.job
+        log.info(
+            "job %d on %s cancelled (attempt %d/%d)%s",
+            job.id,
+            qs.name,
+            job.attempts,
+            job.max_attempts,
+            "" if slot.started else "; claimed ahead, not run",
+            extra=_extra(job, qs.name, "cancelled"),
+        )
+        self._notify(qs, slot, "cancelled")
 
     def released(self, qs: QueueState, slot: Slot, result: Released | None) -> None:
         """A job given back at shutdown (Q27): pending again, or dead on its last attempt."""

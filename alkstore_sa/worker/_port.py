@@ -68,6 +68,10 @@ class QueuePort(Protocol):
         """Ack the claims still held; returns the acked job ids."""
         ...
 
+    async def ack_kept(self, claim: ClaimKey, result: bytes | None) -> bool:
+        """R1: ack a claim of a job stamped with keep_completed, keeping ``result``."""
+        ...
+
     async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
         """Extend the claims still held by each job's visibility timeout; returns their ids."""
         ...
@@ -78,6 +82,13 @@ class QueuePort(Protocol):
         """Q17/Q18 for a held claim: due ``delay`` seconds from now; ``traceback`` kept (B2).
 
         ``"dead"`` when it was the last attempt; None when the claim was gone.
+        """
+        ...
+
+    async def snooze(self, claim: ClaimKey, delay: float) -> bool:
+        """Z1 for a held claim: due ``delay`` seconds from now, attempt refunded.
+
+        False when the claim was gone.
         """
         ...
 

@@ -86,6 +86,9 @@ class StorePort:
     async def ack(self, claims: Sequence[ClaimKey]) -> list[int]:
         return await self.runner.ack(self._queue.ack_claims(list(claims)))
 
+    async def ack_kept(self, claim: ClaimKey, result: bytes | None) -> bool:
+        return await self.runner.run(self._queue.ack_claim(*claim, kept=True, result=result))
+
     async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
         return await self.runner.run(self._queue.heartbeat_claims(list(claims)))
 
@@ -96,6 +99,9 @@ class StorePort:
 
     async def fail(self, claim: ClaimKey, error: str | None, traceback: str | None) -> bool:
         return await self.runner.run(self._queue.fail_claim(*claim, error, traceback))
+
+    async def snooze(self, claim: ClaimKey, delay: float) -> bool:
+        return await self.runner.run(self._queue.snooze_claim(*claim, delay))
 
     async def release(self, claim: ClaimKey) -> Released | None:
         return await self.runner.run(self._queue.release(*claim))

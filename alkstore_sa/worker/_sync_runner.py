@@ -34,7 +34,7 @@ from ..store import Store, run_call
 from ._handlers import HandlerSpec, Scope, returned_awaitable, scoped
 from ._threads import Lane, RunLanes
 
-__all__ = ["DB_CLOSE_WAIT", "SyncLanes", "SyncRunner"]
+__all__ = ["DB_CLOSE_WAIT", "SyncLanes", "SyncRunner", "session_ack"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
@@ -249,6 +249,19 @@ class SyncRunner:
         return fut
 
 
+def session_ack(core: QueueCore, job: Job, result: object) -> Call[bool]:
+    """The session's ack; R1/R2: a kept job moves with the handler's bytes (or None)."""
+    if job.keep_completed is None:
+        return core.ack_claim(job.id, job.attempts)
+    if result is not None and not isinstance(result, bytes | bytearray | memoryview):
+        raise TypeError(
+            f"handler returned a {type(result).__name__}; a job that keeps its "
+            "result takes bytes or None"
+        )
+    data = None if result is None else bytes(result)
+    return core.ack_claim(job.id, job.attempts, kept=True, result=data)
+
+
 def _session_call(store: Store, spec: HandlerSpec, core: QueueCore, job: Job) -> bool:
     """Q28: the handler's writes and the ack commit together or not at all."""
     with Session(store.engine) as session:
@@ -256,7 +269,7 @@ def _session_call(store: Store, spec: HandlerSpec, core: QueueCore, job: Job) ->
         if inspect.isawaitable(result):
             # Its body never ran: no ack (the session rolls back on the way out).
             raise returned_awaitable(spec, result)
-        acked = run_call(store, core.ack_claim(job.id, job.attempts), session)
+        acked = run_call(store, session_ack(core, job, result), session)
         if acked:
             session.commit()
         else:

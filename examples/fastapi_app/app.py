@@ -22,7 +22,7 @@ from sqlalchemy import DateTime, String, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from alkstore_sa import AsyncStore, AsyncWorker, FailJob, QueueOpts, Tasks
+from alkstore_sa import AsyncStore, AsyncWorker, FailJob, JobDeadError, QueueOpts, Tasks
 
 # One engine for the app's own rows and for the queue, so that an order and
 # its job can share a transaction.  Size the pool for the web requests plus
@@ -57,6 +57,19 @@ async def send_receipt(session: AsyncSession, order_id: int) -> None:
         return  # already done by an earlier attempt
     # ... send the email here (an exception retries the job later) ...
     order.receipted_at = datetime.now(UTC)
+
+
+class Quote(BaseModel):
+    order_total_cents: int
+    shipping_cents: int
+
+
+# R1-R3: a job that keeps its result (for 10 minutes) so the request that
+# deferred it can await it.  The return annotation rebuilds a Quote.
+@tasks.task(queue="quotes", opts=QueueOpts(keep_completed=600), name="shop.quote")
+async def quote(items: int) -> Quote:
+    shipping = 0 if items >= 10 else 499
+    return Quote(order_total_cents=items * 1250 + shipping, shipping_cents=shipping)
 
 
 async def get_session() -> AsyncIterator[AsyncSession]:
@@ -117,6 +130,26 @@ async def create_order(body: OrderIn, session: SessionDep, fail: bool = False) -
         # Anything raised after the defer rolls back the order *and* its job.
         raise HTTPException(status_code=500, detail="payment declined (simulated)")
     return OrderOut(id=order.id, email=order.email, receipted=False, job_id=job_id)
+
+
+@app.post("/quotes")
+async def create_quote(items: int, timeout: float = 5.0) -> Quote:
+    """Enqueue, then await the result: a worker computes it (R3's ``task.result``).
+
+    The job commits before we wait (no session here), so a worker can see it.
+    """
+    job_id = await quote.defer(items=items)
+    try:
+        result: Quote = await quote.result(job_id, timeout=timeout)
+    except TimeoutError:
+        # The job stays queued and its result is kept when it runs: a client
+        # may come back for it (GET /quotes/{job_id}).
+        raise HTTPException(status_code=504, detail=f"quote {job_id} not ready yet") from None
+    except JobDeadError as dead:
+        raise HTTPException(
+            status_code=502, detail=f"quote failed: {dead.job.last_error}"
+        ) from None
+    return result
 
 
 @app.get("/orders/{order_id}", response_model_exclude_none=True)

@@ -101,3 +101,29 @@ async def test_d2_fastapi_order_receipted_by_the_lifespan_worker(
     # The lifespan ended: the worker stopped and the engine was disposed of.
     workers = [t for t in asyncio.all_tasks() if "AsyncWorker.run" in repr(t.get_coro())]
     assert workers == []
+
+
+async def test_r3_fastapi_enqueue_then_await_the_result(
+    shop_module: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST /quotes defers a job that keeps its result and awaits it; a lifespan worker runs it."""
+    monkeypatch.setenv("SHOP_WORKER_IN_APP", "1")
+    shop = shop_module
+    async with shop.lifespan(shop.app), client(shop) as http:
+        quoted = await http.post("/quotes?items=3&timeout=10")
+        assert quoted.status_code == 200, quoted.text
+        assert quoted.json() == {"order_total_cents": 3 * 1250 + 499, "shipping_cents": 499}
+
+
+async def test_r3_fastapi_await_times_out_without_a_worker(shop: ModuleType) -> None:
+    async with client(shop) as http:
+        late = await http.post("/quotes?items=3&timeout=0.3")
+    assert late.status_code == 504
+    [job] = await enqueued(shop.store.queue("quotes"))  # still queued, will be kept when run
+    report = await run_due(shop.tasks)
+    assert report.acked == [job.id]
+    kept = await shop.store.queue("quotes").get_job(job.id)
+    assert kept.status == "completed"
+    assert await shop.quote.result(job.id, timeout=1) == shop.Quote(
+        order_total_cents=3 * 1250 + 499, shipping_cents=499
+    )

@@ -43,6 +43,9 @@ CONTRACT_NAMES = {
     "Periodic",
     # V1
     "WorkerInfo",
+    # Part 3: Z1, R3
+    "SnoozeJob",
+    "JobDeadError",
     # X1: N worker processes under one supervisor, and its start failure.
     "run_processes",
     "WorkerStartError",

@@ -25,7 +25,7 @@ from sqlalchemy import URL, Connection, Engine, create_engine, text
 from sqlalchemy.schema import CreateSchema
 
 import alkstore_sa.migrations
-from alkstore_sa import EnqueueOpts, InvalidNameError, Store
+from alkstore_sa import EnqueueOpts, InvalidNameError, QueueOpts, Store
 from alkstore_sa.migrations import VERSION_TABLE
 from alkstore_sa.migrations._config import alembic_config
 from alkstore_sa.schema import DEFAULT_SCHEMA, metadata
@@ -659,3 +659,46 @@ def test_bad_database_url_is_one_line_naming_the_variable(url: str | None) -> No
     assert "Traceback" not in err
     assert len(err.splitlines()) == 1, err
     assert "ALKSTORE_DATABASE_URL" in err
+
+
+def test_r1_completed_jobs_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:
+    """0011 (keep_completed, completed_jobs; R1) on a store in use: live and dead rows stay."""
+    cfg = alembic_config(url=blank_database)
+    command.upgrade(cfg, "alkstore_0010_workers")
+    with connect(blank_database) as conn:
+        conn.execute(
+            text(
+                "INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts,"
+                " visibility_timeout, priority) SELECT 'm', '\\x01',"
+                " statement_timestamp() - g * interval '1 s', 5, interval '30 s', g % 3"
+                " FROM generate_series(1, 10) AS g"
+            )
+        )
+        conn.commit()
+    before = _every_job(blank_database)
+    command.upgrade(cfg, "head")
+    assert _every_job(blank_database) == before
+    eng = create_engine(blank_database)
+    try:
+        with Store(eng) as store:
+            old = store.queue("m")
+            [h] = old.claim_batch("w", 1)
+            assert h.job.keep_completed is None  # jobs from before the upgrade: no stamp
+            assert h.ack(b"ignored") is True
+            assert old.get_job(h.id) is None
+            kept_q = store.queue("m", QueueOpts(keep_completed=60))
+            kept_id = kept_q.enqueue(b"k", EnqueueOpts(priority=100))
+            [k] = kept_q.claim_batch("w", 1)
+            assert k.id == kept_id and k.ack(b"r") is True
+            assert kept_q.get_job(kept_id).status == "completed"
+            live = _every_job(blank_database)
+            command.downgrade(cfg, "alkstore_0010_workers")
+            assert _every_job(blank_database) == live
+            with connect(blank_database) as conn:
+                gone = conn.execute(text("SELECT to_regclass('alkstore.completed_jobs')"))
+                assert gone.scalar_one() is None
+            command.upgrade(cfg, "head")
+            assert _every_job(blank_database) == live
+            assert len(old.claim_batch("w", 20)) == 9
+    finally:
+        eng.dispose()

@@ -73,15 +73,25 @@ EXPECTED: dict[str, set[str]] = {
     },
     "enqueue.live_keys": {"p_queue", "p_unique_keys"},
     "handle.ack": {"p_job_id", "p_attempts"},
+    "handle.ack_kept": {"p_job_id", "p_attempts", "p_result", "p_done_channel"},
+    "handle.snooze": {"p_job_id", "p_attempts", "p_delay"},
     "handle.bury_undecodable": {"p_job_id", "p_worker_id", "p_error"},
     "handle.heartbeat": {"p_job_id", "p_attempts", "p_extend"},
-    "handle.retry": {"p_job_id", "p_attempts", "p_delay", "p_error", "p_traceback"},
-    "handle.fail": {"p_job_id", "p_attempts", "p_error", "p_traceback"},
+    "handle.retry": {
+        "p_job_id",
+        "p_attempts",
+        "p_delay",
+        "p_error",
+        "p_traceback",
+        "p_done_channel",
+    },
+    "handle.fail": {"p_job_id", "p_attempts", "p_error", "p_traceback", "p_done_channel"},
     "handle.release": {"p_job_id", "p_attempts"},
     "handle.ack_held": {"p_job_ids", "p_attempts_list"},
     "handle.heartbeat_held": {"p_job_ids", "p_attempts_list"},
-    "queue_wide.ack_batch": {"p_queue", "p_job_ids"},
+    "queue_wide.ack_batch": {"p_queue", "p_job_ids", "p_done_channel"},
     "queue_wide.cancel": {"p_queue", "p_job_id"},
+    "queue_wide.purge_completed": {"p_queue"},
     "queue_wide.get_job": {"p_queue", "p_job_id"},
     "queue_wide.bury_lapsed": {"p_queue"},
     "queue_wide.bury_expired": {"p_queue"},
@@ -203,7 +213,7 @@ def test_builder_maps_to_any_schema(name: str) -> None:
         schema_translate_map={"alkstore": "tenant_b"},
         render_schema_translate=True,
     )
-    tables = ("jobs", "dead_jobs", "paused_queues", "periodic", "throughput")
+    tables = ("jobs", "dead_jobs", "paused_queues", "periodic", "throughput", "completed_jobs")
     assert any(f"tenant_b.{table}" in compiled.string for table in tables)
     assert "alkstore." not in compiled.string
 
@@ -309,8 +319,23 @@ def test_rows_read_by_position_come_in_live_column_order() -> None:
     # ops builds Job values from these rows by position (Job.from_live).
     for build in CLAIMS:
         assert tuple(c.name for c in build().exported_columns) == LIVE_COLUMNS
-    assert tuple(queue_wide.get_job().selected_columns.keys()) == (*LIVE_COLUMNS, "died_at")
+    extras = ("died_at", "result", "finished_at")
+    assert tuple(queue_wide.get_job().selected_columns.keys()) == (*LIVE_COLUMNS, *extras)
     # jobs.* is the live columns plus internal ones never read back: deadline_floor
     # (H1), parked and claim_at (S3).
     internal = {"deadline_floor", "parked", "claim_at"}
     assert tuple(c.name for c in jobs.c if c.name not in internal) == LIVE_COLUMNS
+
+
+@pytest.mark.parametrize("one", [True, False])
+@pytest.mark.parametrize("keyed", [True, False])
+@pytest.mark.parametrize("traced", [True, False])
+def test_r1_kept_enqueue_variants_bind_the_stamp(one: bool, keyed: bool, traced: bool) -> None:
+    stmt = enqueue.enqueue_kept(one=one, keyed=keyed, traced=traced)
+    names = {name for name in _compile(stmt).params if name.startswith("p_")}
+    expected = {*ENQUEUE_STAMPS, "p_keep_completed", "p_payload" if one else "p_payloads"}
+    if keyed:
+        expected.add("p_unique_key" if one else "p_unique_keys")
+    if traced:
+        expected.add("p_trace_context")
+    assert names == expected

@@ -14,6 +14,7 @@ from sqlalchemy import (
     ColumnElement,
     DateTime,
     Integer,
+    LargeBinary,
     Select,
     Text,
     and_,
@@ -32,7 +33,7 @@ from sqlalchemy.dialects.postgresql import JSONPATH
 from sqlalchemy.sql.expression import FromClause
 
 from ..._values.job import ERROR_HISTORY_LIMIT, LIVE_COLUMNS
-from ...schema import dead_jobs, jobs, paused_queues
+from ...schema import completed_jobs, dead_jobs, jobs, paused_queues
 
 # Deadlines and due times are judged against the statement's own start time
 # ("Shape" in docs/semantics.md): the same for every row one statement
@@ -208,13 +209,58 @@ def move_to_dead(
     )
 
 
+def _no_time(name: str) -> ColumnElement[Any]:
+    return null().cast(DateTime(timezone=True)).label(name)
+
+
+def _no_result() -> ColumnElement[Any]:
+    return null().cast(LargeBinary).label("result")
+
+
+def keep_completed(moved: CTE, result: ColumnElement[Any], name: str) -> CTE:
+    """R1: INSERT the ``moved`` rows that carry the stamp into ``completed_jobs``.
+
+    ``moved`` is a ``DELETE ... RETURNING *`` of ``jobs`` (a CTE); ``result``
+    the value stored for each (a bound parameter, or a column of ``moved``).
+    Returns the INSERT as a CTE whose rows are the kept ids.
+    """
+    copied = [c.name for c in completed_jobs.c if c.name in jobs.c]
+    source = select(
+        *(moved.c[col] for col in copied),
+        result.label("result"),
+        NOW.label("finished_at"),
+        (NOW + moved.c.keep_completed).label("keep_until"),
+    ).where(moved.c.keep_completed.is_not(None))
+    return (
+        insert(completed_jobs)
+        .from_select([*copied, "result", "finished_at", "keep_until"], source)
+        .returning(completed_jobs.c.id)
+        .cte(name)
+    )
+
+
+def notify_done(rows: CTE) -> CTE:
+    """R3: one ``pg_notify`` on ``:done_channel`` when ``rows`` has a row (waiters re-read)."""
+    return (
+        select(
+            func.pg_notify(bindparam("p_done_channel", type_=Text), literal("", type_=Text)).label(
+                "told"
+            )
+        )
+        .select_from(rows)
+        .limit(literal(1, type_=Integer))
+        .cte("told")
+    )
+
+
 def live_row_columns() -> list[ColumnElement[Any]]:
-    """A live row as callers read it: ``LIVE`` then a NULL ``died_at`` (``Job.from_live``)."""
-    return [*LIVE, null().cast(DateTime(timezone=True)).label("died_at")]
+    """A live row as callers read it: ``LIVE`` then NULL ``died_at``, ``result``,
+    ``finished_at`` (``Job.from_live``'s three extras, ``ROW_EXTRAS``)."""
+    return [*LIVE, _no_time("died_at"), _no_result(), _no_time("finished_at")]
 
 
 def dead_row_columns() -> list[ColumnElement[Any]]:
-    """A dead row in the same shape: the live columns, ``status`` = ``'dead'``, then ``died_at``."""
+    """A dead row in the same shape: ``status`` = ``'dead'``, then ``died_at``."""
     return [
         *(
             literal("dead", type_=Text).label("status")
@@ -223,7 +269,28 @@ def dead_row_columns() -> list[ColumnElement[Any]]:
             for col in LIVE
         ),
         dead_jobs.c.died_at,
+        _no_result(),
+        _no_time("finished_at"),
     ]
+
+
+def completed_row_columns() -> list[ColumnElement[Any]]:
+    """A kept completed row (R1) in the same shape: ``status`` = ``'completed'``."""
+    return [
+        *(
+            literal("completed", type_=Text).label("status")
+            if col.name == "status"
+            else completed_jobs.c[col.name]
+            for col in LIVE
+        ),
+        _no_time("died_at"),
+        completed_jobs.c.result,
+        completed_jobs.c.finished_at,
+    ]
+
+
+# How many columns the row shapes above add after ``LIVE``.
+ROW_EXTRAS = 3
 
 
 def error_or(default: str) -> ColumnElement[str | None]:

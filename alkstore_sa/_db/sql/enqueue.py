@@ -80,14 +80,14 @@ def enqueue_traced() -> Select[tuple[int]]:
     return _many(traced=True)
 
 
-def _many(*, traced: bool) -> Select[tuple[int]]:
+def _many(*, traced: bool, kept: bool = False) -> Select[tuple[int]]:
     given = (
         func.unnest(bindparam("p_payloads", type_=ARRAY(_Payload)))
         .table_valued("payload", with_ordinality="ord")
         .render_derived()
     )
-    rows = _stamped(given.c.payload, traced=traced).order_by(given.c.ord)
-    return _insert_and_wake(rows, in_order=True, traced=traced)
+    rows = _stamped(given.c.payload, traced=traced, kept=kept).order_by(given.c.ord)
+    return _insert_and_wake(rows, in_order=True, traced=traced, kept=kept)
 
 
 @cache
@@ -110,7 +110,7 @@ def enqueue_keyed_traced() -> Select[Any]:
     return _many_keyed(traced=True)
 
 
-def _many_keyed(*, traced: bool) -> Select[Any]:
+def _many_keyed(*, traced: bool, kept: bool = False) -> Select[Any]:
     given = (
         func.unnest(
             bindparam("p_payloads", type_=ARRAY(_Payload)),
@@ -119,8 +119,10 @@ def _many_keyed(*, traced: bool) -> Select[Any]:
         .table_valued("payload", "unique_key", with_ordinality="ord")
         .render_derived()
     )
-    rows = _stamped(given.c.payload, traced=traced, key=given.c.unique_key).order_by(given.c.ord)
-    return _insert_keyed_and_wake(rows, in_order=True, traced=traced)
+    rows = _stamped(given.c.payload, traced=traced, key=given.c.unique_key, kept=kept).order_by(
+        given.c.ord
+    )
+    return _insert_keyed_and_wake(rows, in_order=True, traced=traced, kept=kept)
 
 
 @cache
@@ -135,13 +137,14 @@ def enqueue_one_keyed_traced() -> Select[Any]:
     return _one_keyed(traced=True)
 
 
-def _one_keyed(*, traced: bool) -> Select[Any]:
+def _one_keyed(*, traced: bool, kept: bool = False) -> Select[Any]:
     row = _stamped(
         bindparam("p_payload", type_=_Payload),
         traced=traced,
         key=bindparam("p_unique_key", type_=Text),
+        kept=kept,
     )
-    return _insert_keyed_and_wake(row, in_order=False, traced=traced)
+    return _insert_keyed_and_wake(row, in_order=False, traced=traced, kept=kept)
 
 
 @cache
@@ -178,9 +181,30 @@ def enqueue_one_traced() -> Select[tuple[int]]:
     return _one(traced=True)
 
 
-def _one(*, traced: bool) -> Select[tuple[int]]:
-    row = _stamped(bindparam("p_payload", type_=_Payload), traced=traced)
-    return _insert_and_wake(row, in_order=False, traced=traced)
+def _one(*, traced: bool, kept: bool = False) -> Select[tuple[int]]:
+    row = _stamped(bindparam("p_payload", type_=_Payload), traced=traced, kept=kept)
+    return _insert_and_wake(row, in_order=False, traced=traced, kept=kept)
+
+
+_KEPT: dict[tuple[bool, bool, bool], Select[Any]] = {}
+
+
+def enqueue_kept(*, one: bool, keyed: bool, traced: bool) -> Select[Any]:
+    """R1: the enqueue of that shape storing ``:keep_completed`` (interval) in every row.
+
+    Its own variants, so an enqueue without the stamp sends exactly the
+    statement it always sent.  Built once per shape (a dict, as the shapes
+    are arguments: each is pinned in the builder tests).
+    """
+    shape = (one, keyed, traced)
+    stmt = _KEPT.get(shape)
+    if stmt is None:
+        if keyed:
+            stmt = (_one_keyed if one else _many_keyed)(traced=traced, kept=True)
+        else:
+            stmt = (_one if one else _many)(traced=traced, kept=True)
+        _KEPT[shape] = stmt
+    return stmt
 
 
 # The columns every enqueue fills, in the order ``_stamped`` selects them.
@@ -197,7 +221,11 @@ _COLUMNS = (
 
 
 def _stamped(
-    payload: ColumnElement[Any], *, traced: bool, key: ColumnElement[Any] | None = None
+    payload: ColumnElement[Any],
+    *,
+    traced: bool,
+    key: ColumnElement[Any] | None = None,
+    kept: bool = False,
 ) -> Select[Any]:
     stamps = select(
         bindparam("p_queue", type_=Text),
@@ -214,13 +242,26 @@ def _stamped(
     )
     if traced:
         stamps = stamps.add_columns(bindparam("p_trace_context", type_=JSONB))
+    if kept:
+        stamps = stamps.add_columns(bindparam("p_keep_completed", type_=Interval))
     if key is not None:
         stamps = stamps.add_columns(key)
     return stamps
 
 
-def _insert_and_wake(rows: Select[Any], *, in_order: bool, traced: bool) -> Select[tuple[int]]:
-    columns = [*_COLUMNS, "trace_context"] if traced else list(_COLUMNS)
+def _columns(*, traced: bool, kept: bool) -> list[str]:
+    """``_COLUMNS`` plus the optional ones, in the order ``_stamped`` selects them."""
+    return [
+        *_COLUMNS,
+        *(["trace_context"] if traced else []),
+        *(["keep_completed"] if kept else []),
+    ]
+
+
+def _insert_and_wake(
+    rows: Select[Any], *, in_order: bool, traced: bool, kept: bool = False
+) -> Select[tuple[int]]:
+    columns = _columns(traced=traced, kept=kept)
     inserted = insert(jobs).from_select(columns, rows).returning(jobs.c.id).cte("inserted")
     wake = select(
         func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label("woke")
@@ -229,8 +270,10 @@ def _insert_and_wake(rows: Select[Any], *, in_order: bool, traced: bool) -> Sele
     return ids.order_by(inserted.c.id) if in_order else ids
 
 
-def _insert_keyed_and_wake(rows: Select[Any], *, in_order: bool, traced: bool) -> Select[Any]:
-    columns = [*_COLUMNS, "trace_context"] if traced else list(_COLUMNS)
+def _insert_keyed_and_wake(
+    rows: Select[Any], *, in_order: bool, traced: bool, kept: bool = False
+) -> Select[Any]:
+    columns = _columns(traced=traced, kept=kept)
     inserted = (
         pg_insert(jobs)
         .from_select([*columns, "unique_key"], rows)

@@ -14,6 +14,7 @@ from sqlalchemy import (
     ColumnElement,
     Integer,
     Interval,
+    LargeBinary,
     Select,
     Text,
     and_,
@@ -22,6 +23,7 @@ from sqlalchemy import (
     func,
     literal,
     select,
+    true,
     update,
 )
 from sqlalchemy.sql.dml import ReturningDelete, ReturningUpdate
@@ -34,7 +36,9 @@ from ._common import (
     error_or,
     extend_claim,
     id_among,
+    keep_completed,
     move_to_dead,
+    notify_done,
     traceback_param,
     with_error,
 )
@@ -48,12 +52,14 @@ __all__ = [
     "RETRY_EXHAUSTED_ERROR",
     "ack",
     "ack_held",
+    "ack_kept",
     "bury_undecodable",
     "fail",
     "heartbeat",
     "heartbeat_held",
     "release",
     "retry",
+    "snooze",
 ]
 
 RETRY_EXHAUSTED_ERROR = MAX_ATTEMPTS_ERROR
@@ -68,6 +74,20 @@ RETRIED_DEAD = "dead"  # retry(): no attempt left, dead-lettered
 def ack() -> ReturningDelete[tuple[int]]:
     """Q16: an ack deletes the row."""
     return delete(jobs).where(claim_is_held()).returning(jobs.c.id)
+
+
+@cache
+def ack_kept() -> Select[tuple[int]]:
+    """R1: the ack of a job stamped with keep_completed: moved, with ``:result``.
+
+    The row leaves ``jobs`` and enters ``completed_jobs`` in one statement
+    (so in the ack's transaction), and ``:done_channel`` is told once (R3).
+    Returns the acked id (none when the claim is not held).
+    """
+    moved = delete(jobs).where(claim_is_held()).returning(*jobs.c).cte("acked")
+    kept = keep_completed(moved, bindparam("p_result", type_=LargeBinary), "kept")
+    told = notify_done(kept)
+    return select(moved.c.id).select_from(moved.outerjoin(told, true()))
 
 
 @cache
@@ -111,8 +131,33 @@ def retry() -> Select[tuple[int, str]]:
         "buried",
         traceback_param(),
     )
+    told = notify_done(buried)  # R3: a death tells the waiters (once, when any)
     return select(requeued.c.id, literal(RETRIED, type_=Text)).union_all(  # type: ignore[return-value]
-        select(buried.c.id, literal(RETRIED_DEAD, type_=Text))
+        select(buried.c.id, literal(RETRIED_DEAD, type_=Text)).select_from(
+            buried.outerjoin(told, true())
+        )
+    )
+
+
+@cache
+def snooze() -> ReturningUpdate[tuple[int]]:
+    """Z1: back to pending at ``now + :delay`` with the attempt refunded.
+
+    No error is recorded (``last_error`` and the history stay as they
+    were): a snooze is not a failure.  ``expires_at`` is untouched, so a
+    job snoozed past its expiry is swept like any other (Q25).
+    """
+    return (
+        update(jobs)
+        .where(claim_is_held())
+        .values(
+            status="pending",
+            run_at=NOW + bindparam("p_delay", type_=Interval),
+            attempts=jobs.c.attempts - 1,
+            worker_id=None,
+            claim_deadline=None,
+        )
+        .returning(jobs.c.id)
     )
 
 
@@ -122,7 +167,8 @@ def fail() -> Select[tuple[int]]:
     buried = move_to_dead(
         claim_is_held(), error_or(FAIL_DEFAULT_ERROR), "buried", traceback_param()
     )
-    return select(buried.c.id)
+    told = notify_done(buried)  # R3: a death tells the waiters
+    return select(buried.c.id).select_from(buried.outerjoin(told, true()))
 
 
 @cache

@@ -39,10 +39,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from ...schema import dead_jobs, jobs, paused_queues
+from ...schema import completed_jobs, dead_jobs, jobs, paused_queues
 from ._common import (
     NOW,
     below_param,
+    completed_row_columns,
     dead_row_columns,
     job_ids_param,
     limit_param,
@@ -92,6 +93,7 @@ def list_jobs() -> Select[Any]:
         branch(jobs, live_row_columns(), jobs.c.status == "pending", wanted("pending")),
         branch(jobs, live_row_columns(), jobs.c.status == "processing", wanted("processing")),
         branch(dead_jobs, dead_row_columns(), wanted("dead")),
+        branch(completed_jobs, completed_row_columns(), wanted("completed")),
     ).subquery("listed")
     return select(*rows.c).order_by(rows.c.id.desc()).limit(limit_param())
 
@@ -133,6 +135,7 @@ def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
         "errors",
         "trace_context",
         "unique_key",
+        "keep_completed",  # R1: the stamp goes back with the job
     )
     source = (
         select(

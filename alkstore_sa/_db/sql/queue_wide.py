@@ -12,23 +12,29 @@ from sqlalchemy import (
     BigInteger,
     CompoundSelect,
     Interval,
+    LargeBinary,
     Select,
     Text,
     any_,
     bindparam,
     delete,
     literal,
+    null,
     select,
+    true,
 )
 from sqlalchemy.sql.dml import ReturningDelete
 
-from ...schema import dead_jobs, jobs, metadata
+from ...schema import completed_jobs, dead_jobs, jobs, metadata
 from ._common import (
     NOW,
+    completed_row_columns,
     dead_row_columns,
     job_ids_param,
+    keep_completed,
     live_row_columns,
     move_to_dead,
+    notify_done,
     queue_param,
 )
 from .lapsed import bury_lapsed_exhausted
@@ -40,6 +46,7 @@ __all__ = [
     "bury_lapsed",
     "cancel",
     "get_job",
+    "purge_completed",
     "purge_dead",
     "schema_probe",
 ]
@@ -48,12 +55,14 @@ EXPIRED_ERROR = "expired"
 
 
 @cache
-def ack_batch() -> ReturningDelete[tuple[int]]:
+def ack_batch() -> Select[tuple[int]]:
     """Q22: delete each ``:job_ids`` row this queue still holds unlapsed.
 
     The Q14 predicate without the attempts clause: a batch ack has only ids.
+    Rows stamped with keep_completed move to ``completed_jobs`` with no
+    result (R1), and ``:done_channel`` is told once when any did (R3).
     """
-    return (
+    moved = (
         delete(jobs)
         .where(
             jobs.c.id == any_(job_ids_param()),
@@ -61,7 +70,24 @@ def ack_batch() -> ReturningDelete[tuple[int]]:
             jobs.c.status == "processing",
             jobs.c.claim_deadline > NOW,
         )
-        .returning(jobs.c.id)
+        .returning(*jobs.c)
+        .cte("acked")
+    )
+    kept = keep_completed(moved, null().cast(LargeBinary), "kept")
+    told = notify_done(kept)
+    return select(moved.c.id).select_from(moved.outerjoin(told, true()))
+
+
+@cache
+def purge_completed() -> ReturningDelete[tuple[int]]:
+    """R1: delete this queue's kept completed jobs whose time is up."""
+    return (
+        delete(completed_jobs)
+        .where(
+            completed_jobs.c.queue == bindparam("p_queue", type_=Text),
+            completed_jobs.c.keep_until <= NOW,
+        )
+        .returning(completed_jobs.c.id)
     )
 
 
@@ -80,12 +106,15 @@ def cancel() -> ReturningDelete[tuple[int]]:
 
 @cache
 def get_job() -> CompoundSelect[Any]:
-    """Q24: the live row, else the dead one, with its status."""
+    """Q24: the live row, else the dead one, else the kept completed one (R1)."""
     job_id = bindparam("p_job_id", type_=BigInteger)
     queue = queue_param()
     live = select(*live_row_columns()).where(jobs.c.id == job_id, jobs.c.queue == queue)
     dead = select(*dead_row_columns()).where(dead_jobs.c.id == job_id, dead_jobs.c.queue == queue)
-    return live.union_all(dead)
+    kept = select(*completed_row_columns()).where(
+        completed_jobs.c.id == job_id, completed_jobs.c.queue == queue
+    )
+    return live.union_all(dead, kept)
 
 
 @cache

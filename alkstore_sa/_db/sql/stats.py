@@ -30,7 +30,7 @@ from sqlalchemy import (
     union,
 )
 
-from ...schema import dead_jobs, jobs, paused_queues, throughput
+from ...schema import completed_jobs, dead_jobs, jobs, paused_queues, throughput
 from ._common import NOW, queue_param, unexpired
 
 __all__ = ["STATS_COLUMNS", "last_hour", "queue_names", "stats", "stats_all", "stats_listed"]
@@ -48,6 +48,7 @@ STATS_COLUMNS = (
     "oldest_due_run_at",  # the oldest column
     "now",
     "paused",
+    "completed",  # R1: kept completed jobs
 )
 
 
@@ -83,6 +84,11 @@ def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[An
         .lateral("held")
     )
     dead = select(func.count().label("dead")).where(dead_jobs.c.queue == queue).lateral("dead")
+    completed = (
+        select(func.count().label("completed"))
+        .where(completed_jobs.c.queue == queue)
+        .lateral("completed")
+    )
     paused = exists().where(paused_queues.c.queue == queue)
     columns: list[ColumnElement[Any]] = [
         waiting.c.due,
@@ -94,8 +100,9 @@ def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[An
         waiting.c.oldest,
         NOW.label("now"),
         paused.label("paused"),
+        completed.c.completed,
     ]
-    return waiting.join(held, true()).join(dead, true()), columns
+    return waiting.join(held, true()).join(dead, true()).join(completed, true()), columns
 
 
 @cache
