@@ -17,10 +17,13 @@ from sqlalchemy import URL, Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
+from ._calls import Call
+from ._calls import admin as _admin
 from ._calls import core as _core
 from ._calls import workers as _workers
-from ._calls.core import Call, HandleCore, QueueCore
+from ._calls.core import QueueCore
 from ._calls.faces import HandleFace, Lifecycle, QueueFace
+from ._calls.handle import HandleCore
 from ._db.engines import check_engine, owned_engine_args
 from ._db.keepalives import asyncpg_keepalives
 from ._db.owned import in_autocommit, own_connection
@@ -74,11 +77,11 @@ class AsyncStore:
 
     async def queue_names(self) -> list[str]:
         """Every queue with a live row, a dead row or a pause in force, sorted (O6)."""
-        return await self._run(_core.queue_names(self.schema))
+        return await self._run(_admin.queue_names(self.schema))
 
     async def stats(self) -> dict[str, QueueStats]:
         """``queue_names()`` mapped to each queue's stats, read in one snapshot (O6)."""
-        return await self._run(_core.store_stats(self.schema))
+        return await self._run(_admin.store_stats(self.schema))
 
     async def workers(self) -> list[WorkerInfo]:
         """V1: the workers registered in this schema (running, or gone and not yet

@@ -14,10 +14,13 @@ from typing import Any, TypeVar
 from sqlalchemy import URL, Connection, Engine, create_engine
 from sqlalchemy.orm import Session
 
+from ._calls import Call
+from ._calls import admin as _admin
 from ._calls import core as _core
 from ._calls import workers as _workers
-from ._calls.core import Call, HandleCore, QueueCore
+from ._calls.core import QueueCore
 from ._calls.faces import HandleFace, Lifecycle, QueueFace
+from ._calls.handle import HandleCore
 from ._db.engines import check_engine, owned_engine_args
 from ._db.owned import in_autocommit, own_connection
 from ._db.sqlstate import schema_errors
@@ -64,11 +67,11 @@ class Store:
 
     def queue_names(self) -> list[str]:
         """Every queue with a live row, a dead row or a pause in force, sorted (O6)."""
-        return self._run(_core.queue_names(self.schema))
+        return self._run(_admin.queue_names(self.schema))
 
     def stats(self) -> dict[str, QueueStats]:
         """``queue_names()`` mapped to each queue's stats, read in one snapshot (O6)."""
-        return self._run(_core.store_stats(self.schema))
+        return self._run(_admin.store_stats(self.schema))
 
     def workers(self) -> list[WorkerInfo]:
         """V1: the workers registered in this schema (running, or gone and not yet

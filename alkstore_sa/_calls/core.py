@@ -1,39 +1,39 @@
-"""Everything a queue operation does except fetch a connection.
+"""A queue's operations, everything but fetching a connection: enqueue, claim, acks.
 
-``QueueCore`` and ``HandleCore`` validate arguments (before any SQL) and
-return a *call*: a function of one sync ``Connection`` that runs the
-operation in ``_ops``.  The sync faces run the call on a connection directly;
-the async faces hand it to ``run_sync``.  So each rule lives here or in
-``_ops``/``_sql`` once, and both APIs obey it.
+``QueueCore`` (with ``HandleCore`` in ``handle.py`` and the operator's calls
+in ``admin.py``) validates arguments before any SQL and returns a *call*: a
+function of one sync ``Connection`` that runs the operation in ``_db.ops``.
+The sync faces run the call on a connection directly; the async faces hand
+it to ``run_sync``.  So each rule lives here or in ``_db`` once, and both
+APIs obey it.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from functools import partial
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy import Connection
 
 from .._db import ops as _ops
-from .._db.address import QueueAddress, StoreAddress, channel_for
+from .._db.address import QueueAddress, channel_for
 from .._db.park import Parker
 from .._extras.instrument import Carrier, Observer, Send, installed
 from .._values import validate as v
-from .._values.errors import HandleSpentError
-from .._values.job import JOB_STATUSES, Job, JobStatus, QueueStats, SweepResult
+from .._values.job import Job, SweepResult
 from .._values.opts import EnqueueOpts, QueueOpts
-from .._values.stamps import Stamps, as_interval, backoff_delay, resolve_stamps
-from .._values.validate import MAX_LIST as MAX_LIST  # re-exported: the web app reads it
-from .._values.validate import MAX_REQUEUE as MAX_REQUEUE
+from .._values.stamps import Stamps, as_interval, resolve_stamps
+from .._values.validate import MAX_REQUEUE as MAX_REQUEUE  # re-exported: the web reads it
+from . import Call
+from .admin import QueueAdminCalls
 
 T = TypeVar("T")
-Call = Callable[[Connection], T]
 
 
-class QueueCore:
-    """A queue's validated identity and its operations as calls."""
+class QueueCore(QueueAdminCalls):
+    """A queue's validated identity and its operations as calls (the operator's in
+    ``QueueAdminCalls``)."""
 
     __slots__ = ("_parker", "_plain_stamps", "address", "name", "opts")
 
@@ -263,48 +263,6 @@ class QueueCore:
             retention=None if retention is None else as_interval(retention),
         )
 
-    # -- operations on the queue as a whole (O1-O5) ---------------------------
-
-    def jobs(self, status: object, limit: object, before: object) -> Call[list[Job]]:
-        """O1: validated status, limit (1..1000) and keyset start."""
-        return partial(
-            _ops.list_jobs,
-            address=self.address,
-            status=_status(status),
-            limit=_bounded(limit, "limit", MAX_LIST),
-            before=None if before is None else v.job_id(before),
-        )
-
-    def requeue_dead(self, job_ids: object, limit: object) -> Call[int] | None:
-        """O2; ``None`` for an empty ``job_ids``: the face returns 0 without SQL."""
-        size = _bounded(limit, "limit", MAX_REQUEUE)
-        ids = None if job_ids is None else v.job_ids(job_ids)
-        if ids is not None and not ids:
-            return None
-        return partial(_ops.requeue_dead, address=self.address, job_ids=ids, limit=size)
-
-    def purge_dead(self, job_ids: object, older_than: object) -> Call[int] | None:
-        """O3; ``None`` for an empty ``job_ids``: the face returns 0 without SQL."""
-        age = None if older_than is None else v.duration(older_than, "older_than", allow_zero=True)
-        ids = None if job_ids is None else v.job_ids(job_ids)
-        if ids is not None and not ids:
-            return None
-        return partial(
-            _ops.purge_dead,
-            address=self.address,
-            job_ids=ids,
-            older_than=None if age is None else as_interval(age),
-        )
-
-    def pause(self) -> Call[bool]:
-        return partial(_ops.pause, address=self.address)
-
-    def resume(self) -> Call[bool]:
-        return partial(_ops.resume, address=self.address)
-
-    def stats(self) -> Call[QueueStats]:
-        return partial(_ops.stats, address=self.address)
-
 
 def batch_bytes(value: object) -> int | None:
     """A ``max_batch_payload_bytes`` checked: None, or an int of at least 1."""
@@ -345,134 +303,7 @@ def _keys_for(data: list[bytes], opts: EnqueueOpts | None, unique_keys: object) 
     return keys
 
 
-# O1 and O2 bound what one call reads or moves (MAX_LIST, MAX_REQUEUE: _values.validate).
-
-
-def _bounded(value: object, what: str, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{what} must be an int, got {value!r}")
-    if not 1 <= value <= high:
-        raise ValueError(f"{what} must be between 1 and {high}, got {value}")
-    return value
-
-
-def _status(value: object) -> JobStatus | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"status must be a str or None, got {type(value).__name__}")
-    for known in JOB_STATUSES:
-        if value == known:
-            return known
-    raise ValueError(f"status must be one of {', '.join(JOB_STATUSES)} or None, got {value!r}")
-
-
 def wait_args(job_id: object, timeout: object) -> tuple[int, float | None]:
     """R3: a wait's job id and timeout (seconds, >= 0, or None), checked before SQL."""
     seconds = None if timeout is None else v.duration(timeout, "timeout", allow_zero=True)
     return v.job_id(job_id), seconds
-
-
-def queue_names(schema: str) -> Call[list[str]]:
-    """O6: every queue with a live row, a dead row or a pause."""
-    return partial(_ops.queue_names, address=StoreAddress(schema))
-
-
-def store_stats(schema: str, *, recent: bool = False) -> Call[dict[str, QueueStats]]:
-    """O6: every such queue's stats, in one snapshot (``recent``: V2's listing too)."""
-    return partial(_ops.store_stats, address=StoreAddress(schema), recent=recent)
-
-
-class HandleCore:
-    """One claim of one job: its identity (id, attempts) and its one-shot state."""
-
-    __slots__ = ("_lock", "_spent", "job", "queue")
-
-    def __init__(self, queue: QueueCore, job: Job) -> None:
-        self.queue = queue
-        self.job = job
-        self._spent = False
-        self._lock = threading.Lock()
-
-    @property
-    def spent(self) -> bool:
-        return self._spent
-
-    def _check_unspent(self) -> None:
-        if self._spent:
-            raise HandleSpentError(
-                f"job {self.job.id}: this handle already acked, retried, failed or snoozed"
-            )
-
-    def _consuming(self, op: Call[T]) -> Call[T]:
-        """Q20: the call consumes the handle as it reaches the database."""
-
-        def run(conn: Connection) -> T:
-            with self._lock:
-                self._check_unspent()
-                self._spent = True
-            try:
-                return op(conn)
-            except BaseException:
-                # It returned nothing (a connection cut, a statement error), so
-                # the caller may call again (Q30): safe, as each terminal
-                # statement is guarded by the claim, so repeating one that did
-                # commit finds the claim gone and returns False.
-                with self._lock:
-                    self._spent = False
-                raise
-
-        return run
-
-    def _identity(self) -> dict[str, Any]:
-        return {"address": self.queue.address, "job_id": self.job.id, "attempts": self.job.attempts}
-
-    def ack(self, result: object = None) -> Call[bool]:
-        """Q16; R1: a job stamped with keep_completed is kept with ``result``.
-
-        ``result`` (bytes-like or None) is checked before SQL; a job without
-        the stamp ignores it and is acked by the statement it always was.
-        """
-        data = None if result is None else v.payload(result, "result")
-        self._check_unspent()
-        job = self.job
-        kept = job.keep_completed is not None
-        return self._consuming(self.queue.ack_claim(job.id, job.attempts, kept=kept, result=data))
-
-    def retry(
-        self, error: object, delay: object, *, traceback: str | None = None
-    ) -> Call[_ops.Retried | None]:
-        """Q17/Q18; the call says ``"retried"`` or ``"dead"``, None when the claim is gone.
-
-        ``traceback`` (the Worker's, B2) goes into the job's error history.
-        """
-        text = v.error_text(error)
-        if delay is None:
-            seconds: float = backoff_delay(self.queue.opts, self.job.attempts)
-        else:
-            seconds = v.duration(delay, "delay", allow_zero=True)
-        self._check_unspent()
-        job = self.job
-        return self._consuming(
-            self.queue.retry_claim(job.id, job.attempts, text, seconds, traceback)
-        )
-
-    def fail(self, error: object, *, traceback: str | None = None) -> Call[bool]:
-        text = v.error_text(error)
-        self._check_unspent()
-        job = self.job
-        return self._consuming(self.queue.fail_claim(job.id, job.attempts, text, traceback))
-
-    def snooze(self, delay: object) -> Call[bool]:
-        """Z1: one-shot like ack/retry/fail (Q20); ``delay`` >= 0 checked before SQL."""
-        seconds = v.duration(delay, "delay", allow_zero=True)
-        self._check_unspent()
-        job = self.job
-        return self._consuming(self.queue.snooze_claim(job.id, job.attempts, seconds))
-
-    def heartbeat(self, extend: object) -> Call[bool] | None:
-        """``None`` when spent: the face returns ``False`` without SQL (Q20)."""
-        seconds = v.duration(extend, "extend")
-        if self._spent:
-            return None
-        return partial(_ops.heartbeat, **self._identity(), extend=as_interval(seconds))

@@ -13,7 +13,8 @@ from .._values import validate as v
 from .._values.errors import StoreClosedError
 from .._values.job import Job
 from .._values.opts import QueueOpts
-from .core import HandleCore, QueueCore
+from .core import QueueCore
+from .handle import HandleCore
 
 __all__ = ["HandleFace", "Lifecycle", "QueueFace"]
 

@@ -12,7 +12,7 @@ from .._db import workers as _ops
 from .._db.address import StoreAddress
 from .._values import validate as v
 from .._values.workers import WorkerInfo
-from .core import Call
+from . import Call
 
 __all__ = ["listing", "register", "remove"]
 

@@ -30,7 +30,8 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import Connection
 from starlette.concurrency import run_in_threadpool
 
-from .._calls.core import Call, QueueCore
+from .._calls import Call
+from .._calls.core import QueueCore
 from .._db.dashboard import timeout_for_this_transaction
 from ..aio import AsyncStore
 from ..aio import queue_parts as async_queue_parts

@@ -17,7 +17,7 @@ from sqlalchemy import Connection
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._calls import core as _core
+from .._calls import admin as _admin
 from .._calls import workers as worker_calls
 from .._calls.core import MAX_REQUEUE
 from .._db import dashboard as reads
@@ -58,10 +58,10 @@ class Pages(DashboardBase):
     async def _all_stats(self) -> Cached[dict[str, QueueStats]]:
         schema = self.runner.schema
         try:
-            call = _core.store_stats(schema, recent=True)
+            call = _admin.store_stats(schema, recent=True)
             return await self.cache.get(("stats",), lambda: self.runner.read(call))
         except SchemaMissingError:  # before 0006: no throughput table to list queues from
-            call = _core.store_stats(schema)
+            call = _admin.store_stats(schema)
             return await self.cache.get(("stats before 0006",), lambda: self.runner.read(call))
 
     async def _queue_stats(self, name: str) -> Cached[QueueStats]:

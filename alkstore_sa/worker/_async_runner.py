@@ -17,7 +17,8 @@ from typing import TypeVar
 from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from .._calls.core import Call, QueueCore
+from .._calls import Call
+from .._calls.core import QueueCore
 from .._db.sockets import shutdown_socket
 from .._values.job import Job
 from ..aio import AsyncStore, run_call

@@ -19,7 +19,8 @@ from typing import Protocol, TypeVar
 from sqlalchemy import Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from .._calls.core import Call, QueueCore
+from .._calls import Call
+from .._calls.core import QueueCore
 from .._db.ops import Released, Retried, Vacuumed
 from .._values.job import Job, SweepResult
 from ..aio import AsyncQueue, AsyncStore

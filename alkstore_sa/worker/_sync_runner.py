@@ -25,7 +25,8 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
-from .._calls.core import Call, QueueCore
+from .._calls import Call
+from .._calls.core import QueueCore
 from .._db.owned import drop_if_read_only
 from .._db.sa_internals import pool_capacity
 from .._db.sockets import shutdown_socket

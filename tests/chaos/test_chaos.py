@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import text
 
 from alkstore_sa import EnqueueOpts, QueueOpts
-from alkstore_sa._calls.core import HandleCore
+from alkstore_sa._calls.handle import HandleCore
 
 from .._pg import Server
 from .conftest import ENQUEUED, Chaos, report, restart_embedded
