@@ -24,7 +24,8 @@ from typing import Any
 
 from alkstore_sa import Job, QueueOpts, SchemaMissingError, SweepResult
 from alkstore_sa._calls.core import QueueCore
-from alkstore_sa._db.ops import Released, Retried, Vacuumed
+from alkstore_sa._db.ops import Released, Retried
+from alkstore_sa._db.vacuum import Vacuumed
 from alkstore_sa.worker._handlers import awaited_in, inspect_handler
 from alkstore_sa.worker._port import ClaimKey, QueuePort
 from alkstore_sa.worker._state import QueueBinding, Settings

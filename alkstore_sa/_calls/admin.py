@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from functools import partial
 
-from .._db import ops as _ops
+from .._db import admin as _ops
 from .._db.address import QueueAddress, StoreAddress
 from .._values import validate as v
 from .._values.job import JOB_STATUSES, Job, JobStatus, QueueStats

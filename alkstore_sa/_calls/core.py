@@ -16,7 +16,9 @@ from typing import TypeVar
 
 from sqlalchemy import Connection
 
+from .._db import enqueue as _enqueue
 from .._db import ops as _ops
+from .._db import vacuum as _vacuum
 from .._db.address import QueueAddress, channel_for
 from .._db.park import Parker
 from .._extras.instrument import Carrier, Observer, Send, installed
@@ -91,9 +93,13 @@ class QueueCore(QueueAdminCalls):
             return self._observed(observers, data, stamps, keys)
         if keys is not None:
             return partial(
-                _ops.enqueue_keyed, address=self.address, payloads=data, keys=keys, stamps=stamps
+                _enqueue.enqueue_keyed,
+                address=self.address,
+                payloads=data,
+                keys=keys,
+                stamps=stamps,
             )
-        return partial(_ops.enqueue, address=self.address, payloads=data, stamps=stamps)
+        return partial(_enqueue.enqueue, address=self.address, payloads=data, stamps=stamps)
 
     def _observed(
         self,
@@ -113,7 +119,7 @@ class QueueCore(QueueAdminCalls):
 
         def insert(conn: Connection, carrier: Carrier) -> list[int]:
             if keys is not None:
-                return _ops.enqueue_keyed(
+                return _enqueue.enqueue_keyed(
                     conn,
                     address=address,
                     payloads=data,
@@ -121,7 +127,7 @@ class QueueCore(QueueAdminCalls):
                     stamps=stamps,
                     trace_context=carrier or None,
                 )
-            return _ops.enqueue(
+            return _enqueue.enqueue(
                 conn, address=address, payloads=data, stamps=stamps, trace_context=carrier or None
             )
 
@@ -246,10 +252,10 @@ class QueueCore(QueueAdminCalls):
         """B5: raises ``SchemaMissingError`` unless the tables are there and up to date."""
         return partial(_ops.check_schema, address=self.address)
 
-    def vacuum_jobs(self, min_dead: int, live_fraction: float) -> Call[_ops.Vacuumed]:
-        """The worker's vacuum of this store's jobs table, when due (``_ops.vacuum_jobs``)."""
+    def vacuum_jobs(self, min_dead: int, live_fraction: float) -> Call[_vacuum.Vacuumed]:
+        """The worker's vacuum of this store's jobs table, when due (``_vacuum.vacuum_jobs``)."""
         return partial(
-            _ops.vacuum_jobs,
+            _vacuum.vacuum_jobs,
             address=self.address,
             min_dead=min_dead,
             live_fraction=live_fraction,

@@ -24,7 +24,8 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol
 
-from .._db.ops import Released, Retried, Vacuumed
+from .._db.ops import Released, Retried
+from .._db.vacuum import Vacuumed
 from .._values.job import Job, SweepResult
 
 if TYPE_CHECKING:

@@ -21,7 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from .._calls import Call
 from .._calls.core import QueueCore
-from .._db.ops import Released, Retried, Vacuumed
+from .._db.ops import Released, Retried
+from .._db.vacuum import Vacuumed
 from .._values.job import Job, SweepResult
 from ..aio import AsyncQueue, AsyncStore
 from ..aio import queue_parts as async_queue_parts

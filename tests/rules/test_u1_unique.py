@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession as AsyncOrmSession
 from sqlalchemy.orm import Session
 
 from alkstore_sa import AlkstoreError, AsyncStore, EnqueueOpts, QueueOpts, Store, otel
-from alkstore_sa._db.ops import KEYED_ROUNDS
+from alkstore_sa._db.enqueue import KEYED_ROUNDS
 from alkstore_sa._values.validate import MAX_UNIQUE_KEY_BYTES
 
 from .._qtools import expire, lapse, live_row, sql

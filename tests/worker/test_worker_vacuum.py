@@ -19,9 +19,9 @@ from sqlalchemy import Engine, text
 from sqlalchemy.dialects import postgresql
 
 from alkstore_sa import Store, Worker
-from alkstore_sa._db.ops import VACUUM_LOCK_CLASS
 from alkstore_sa._db.sql import vacuum as vacuum_sql
 from alkstore_sa._db.sql.vacuum import jobs_table
+from alkstore_sa._db.vacuum import VACUUM_LOCK_CLASS
 from alkstore_sa.store import queue_parts, run_call
 
 from .._workers import wait_for

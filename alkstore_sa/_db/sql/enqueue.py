@@ -10,7 +10,7 @@ enqueue without one sends exactly the statement it always sent too: the
 same INSERT plus the key, ``ON CONFLICT DO NOTHING`` against the partial
 unique index ``jobs_queue_unique_key_ix``, returning ``(id, unique_key)`` of
 the rows it did insert.  A key that was live is simply not in the result;
-``live_keys()`` then finds its job (see ``_ops.enqueue_keyed``).
+``live_keys()`` then finds its job (see ``_db/enqueue.enqueue_keyed``).
 """
 
 from __future__ import annotations
