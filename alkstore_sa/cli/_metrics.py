@@ -104,10 +104,12 @@ def _wait_for_signal() -> None:
 
 def cmd_metrics(args: argparse.Namespace, database: Database, schema: str) -> int:
     prom = require_prometheus("alkstore metrics")
+    from ..prometheus._asgi import served_registry
+
     with open_engine(database) as engine, Store(engine, schema=schema) as store:
         store.queue_names()  # fail fast, in one line, on a schema never migrated
         collector = prom.StoreCollector(store, cache_seconds=args.cache_seconds)
-        registry = prom._served_registry(None, collector)
+        registry = served_registry(None, collector)
         with metrics_server(registry, args.host, args.port, "metrics") as url:
             announce("alkstore queue metrics", url)
             _wait_for_signal()
@@ -124,6 +126,8 @@ def serve_worker_http(
             prom = require_prometheus("--metrics-port")
             from prometheus_client import REGISTRY
 
+            from ..prometheus._asgi import served_registry
+
             prom.instrument(REGISTRY)  # before run(): a run reads the observers when it starts
             collector = None
             if not args.no_queue_gauges:
@@ -131,7 +135,7 @@ def serve_worker_http(
                 stack.callback(engine.dispose)
                 store = stack.enter_context(Store(engine, schema=schema))
                 collector = prom.StoreCollector(store)
-            registry = prom._served_registry(REGISTRY, collector)
+            registry = served_registry(REGISTRY, collector)
             url = stack.enter_context(
                 metrics_server(registry, args.http_host, args.metrics_port, "metrics")
             )

@@ -110,13 +110,15 @@ def _serve(
     with ExitStack() as stack:
         if args.metrics_port is not None:
             prom = require_prometheus("--metrics-port")
+            from ..prometheus._asgi import served_registry
+
             collector = None
             if not args.no_queue_gauges:
                 engine = database.engine()
                 stack.callback(engine.dispose)
                 store = stack.enter_context(Store(engine, schema=schema))
                 collector = prom.StoreCollector(store)
-            registry = prom._served_registry(SummedCollector(supervisor), collector)
+            registry = served_registry(SummedCollector(supervisor), collector)
             url = stack.enter_context(
                 metrics_server(registry, args.http_host, args.metrics_port, "metrics")
             )
