@@ -145,7 +145,11 @@ def test_q28_sync_session_handler_returning_a_coroutine_is_not_acked(
     q = store.queue("wrapped", QueueOpts(retry_base=100))
     job_id = q.enqueue(b"")
     running = start_worker(
-        "sync", database_url, lambda s: Worker({s.queue("wrapped"): wrapped}, poll_interval=0.05)
+        "sync",
+        database_url,
+        lambda s: Worker(
+            {s.queue("wrapped", QueueOpts(retry_base=100)): wrapped}, poll_interval=0.05
+        ),
     )
     try:
         wait_for(lambda: (j := q.get_job(job_id)) is not None and j.last_error)
