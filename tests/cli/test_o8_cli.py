@@ -31,6 +31,7 @@ STATS_KEYS = [
     "dead",
     "oldest_due_age",
     "paused",
+    "completed",  # R1: kept acked jobs
 ]
 
 
@@ -107,6 +108,7 @@ def test_o8_cli_stats_without_queues_shows_every_queue(database_url: URL, store_
     assert named["zzz"] == dict.fromkeys(STATS_KEYS[:6], 0) | {
         "oldest_due_age": 0.0,
         "paused": False,
+        "completed": 0,
     }
     # A paused queue without rows is a queue too (O6), and its stats say it is paused.
     store_on.queue("zzz").pause()
