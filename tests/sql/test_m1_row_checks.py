@@ -60,21 +60,28 @@ def _insert_sql(assignments: str) -> str:
 
 
 def _every_job(url: URL) -> dict[str, list[dict[str, Any]]]:
-    """Every row of both tables but claim_at (+infinity once parked, S3: never loaded)."""
+    """Every row of both tables but claim_at (+infinity once parked: never loaded) and
+    keep_completed (0011's, not there at 0008: the rows are compared across it)."""
     found = {}
     with connect(url) as conn:
         for table in (jobs, dead_jobs):
-            columns = ", ".join(c.name for c in table.c if c.name != "claim_at")
+            columns = ", ".join(
+                c.name for c in table.c if c.name not in ("claim_at", "keep_completed")
+            )
             rows = conn.execute(text(f"SELECT {columns} FROM alkstore.{table.name} ORDER BY id"))
             found[table.name] = [dict(r) for r in rows.mappings()]
     return found
+
+
+# The live columns revision 0008 has (keep_completed came with 0011, R1).
+_COLUMNS_0008 = [c for c in LIVE_COLUMNS if c != "keep_completed"]
 
 
 def _rows(url: URL, ids: list[int]) -> list[dict[str, object]]:
     with connect(url) as conn:
         found = conn.execute(
             text(
-                f"SELECT {', '.join(LIVE_COLUMNS)} FROM alkstore.jobs"
+                f"SELECT {', '.join(_COLUMNS_0008)} FROM alkstore.jobs"
                 " WHERE id = ANY(:ids) ORDER BY id"
             ),
             {"ids": ids},
