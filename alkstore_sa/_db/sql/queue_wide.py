@@ -1,4 +1,4 @@
-"""Statements on a queue's rows by id or by age, for anyone (SPEC "Queue-wide
+"""Statements on a queue's rows by id or by age, for anyone (docs/semantics.md "Queue-wide
 operations", Q22-Q25): ack_batch, cancel, get_job, the sweep's burials and
 retention purge, and the schema probe.  The operator's listing and bulk moves
 (O1-O4) are in ``queue_admin``."""
