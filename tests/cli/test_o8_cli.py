@@ -55,12 +55,13 @@ def _every_state(store: Store) -> None:
     """Queue 'mixed': 2 due, 1 scheduled, 2 processing (1 lapsed), 1 expired, 1 dead."""
     quick = store.queue("mixed", QueueOpts(visibility_timeout=0.05))
     q = store.queue("mixed")
-    quick.enqueue(b"lapses", EnqueueOpts(priority=10))
-    assert (h := q.claim_one("w")) is not None and h.payload == b"lapses"
     q.enqueue(b"runs", EnqueueOpts(priority=9))
     assert (h := q.claim_one("w")) is not None and h.payload == b"runs"
     q.enqueue(b"dies", EnqueueOpts(priority=8))
     assert (h := q.claim_one("w")) is not None and h.fail("broken")
+    # Claimed last: a claim made after its 50 ms would take it back (Q11).
+    quick.enqueue(b"lapses", EnqueueOpts(priority=10))
+    assert (h := q.claim_one("w")) is not None and h.payload == b"lapses"
     q.enqueue_many([b"due 1", b"due 2"])
     q.enqueue(b"later", EnqueueOpts(delay=3600))
     q.enqueue(b"too late", EnqueueOpts(expires_in=0.05))

@@ -104,7 +104,10 @@ async def test_q29_async_store_is_an_async_context_manager(async_engine: AsyncEn
 
 def _backends(engine: Engine, app: str) -> int:
     rows = sql(
-        engine, "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = :a", a=app
+        engine,
+        "SELECT count(*) AS n FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name = :a",
+        a=app,
     )
     return int(rows[0]["n"])
 

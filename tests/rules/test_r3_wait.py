@@ -21,7 +21,8 @@ KEEP = QueueOpts(keep_completed=600)
 def _listeners(engine: Engine) -> int:
     rows = sql(
         engine,
-        "SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'alkstore wait'",
+        "SELECT count(*) AS n FROM pg_stat_activity"
+        " WHERE datname = current_database() AND application_name = 'alkstore wait'",
     )
     return int(rows[0]["n"])
 
@@ -99,7 +100,7 @@ def test_r3_a_lost_listen_delays_a_wait_by_at_most_the_poll(qs: Any, engine: Eng
     sql(
         engine,
         "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-        " WHERE application_name = 'alkstore wait'",
+        " WHERE datname = current_database() AND application_name = 'alkstore wait'",
     )
     handle.ack(b"r")
     acked = time.monotonic()

@@ -180,8 +180,15 @@ def test_q27_worker_retries_a_sync_called_handler_that_returned_a_coroutine(
 
     q = store.queue("wrapped", QueueOpts(retry_base=100))
     job_id = q.enqueue(b"")
+    # The worker's queue carries the long retry too: the retry delay is the
+    # retrying queue's option, and a default first retry (0 s) would run the
+    # job again before the attempt count could be read.
     running = start_worker(
-        "sync", database_url, lambda s: Worker({s.queue("wrapped"): body}, poll_interval=0.05)
+        "sync",
+        database_url,
+        lambda s: Worker(
+            {s.queue("wrapped", QueueOpts(retry_base=100)): body}, poll_interval=0.05
+        ),
     )
     try:
         wait_for(lambda: (j := q.get_job(job_id)) is not None and j.attempts == 1 and j.last_error)
