@@ -186,9 +186,7 @@ def test_q27_worker_retries_a_sync_called_handler_that_returned_a_coroutine(
     running = start_worker(
         "sync",
         database_url,
-        lambda s: Worker(
-            {s.queue("wrapped", QueueOpts(retry_base=100)): body}, poll_interval=0.05
-        ),
+        lambda s: Worker({s.queue("wrapped", QueueOpts(retry_base=100)): body}, poll_interval=0.05),
     )
     try:
         wait_for(lambda: (j := q.get_job(job_id)) is not None and j.attempts == 1 and j.last_error)
