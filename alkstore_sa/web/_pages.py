@@ -37,7 +37,7 @@ GROUPS_SHOWN = 50  # dead-letter error groups on one page
 WORKERS_SHOWN = 200  # (worker, queue) rows on the workers page
 IN_FLIGHT_SHOWN = 100  # in-flight jobs listed, nearest deadline first
 DEFAULT_BULK = 1000  # "all matching": how many at most, unless the form says
-LIST_STATUSES = ("", "due", "scheduled", "pending", "processing", "dead")
+LIST_STATUSES = ("", "due", "scheduled", "pending", "processing", "completed", "dead")
 # How much of a long text a page shows: in a list's cell, on the job page,
 # and on the job page asked for in full (``?full=1``).
 CELL_TEXT = 200
@@ -91,7 +91,8 @@ class Pages(DashboardBase):
         stats = await self._queue_stats(name)
         tp = await self._throughput(name)
         s = stats.value
-        if not (s.due or s.scheduled or s.processing or s.expired or s.dead or s.paused or tp):
+        known = s.due or s.scheduled or s.processing or s.expired or s.completed or s.dead
+        if not (known or s.paused or tp):
             raise Refused(
                 404, f"no queue {name!r} (no jobs, dead letters, pause or recent throughput)"
             )
@@ -221,6 +222,7 @@ class Pages(DashboardBase):
             now=now,
             job=job,
             payload=payload_view(job.payload),
+            result=None if job.result is None else payload_view(job.result),
         )
 
     @page
