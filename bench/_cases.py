@@ -47,7 +47,7 @@ SELECT ins.id FROM ins, wake
 def reset(db: Database) -> None:
     """Empty the live and dead tables (the next case starts from nothing)."""
     with db.connect() as conn:
-        conn.execute("TRUNCATE alkstore.jobs, alkstore.dead_jobs")
+        conn.execute("TRUNCATE alkstore.jobs, alkstore.dead_jobs, alkstore.completed_jobs")
 
 
 def _store(db: Database) -> Store:

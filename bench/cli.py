@@ -34,7 +34,19 @@ from importlib import metadata as md
 from pathlib import Path
 from typing import Any
 
-from . import _cases, _db, _drain, _otel, _pgq, _processes, _report, _stats, _sustained, _worker
+from . import (
+    _cases,
+    _db,
+    _drain,
+    _otel,
+    _pgq,
+    _processes,
+    _report,
+    _results,
+    _stats,
+    _sustained,
+    _worker,
+)
 from ._progress import say
 
 CASES = (
@@ -57,9 +69,10 @@ CASES = (
     "B4",
     "XP",
     "XC",
+    "RS",
 )
-# The issue's names for X1's cases: `--only processes,cpu-bound`.
-ALIASES = {"PROCESSES": "XP", "CPU-BOUND": "XC"}
+# The issues' names for X1's and R1-R3's cases: `--only processes,cpu-bound,results`.
+ALIASES = {"PROCESSES": "XP", "CPU-BOUND": "XC", "RESULTS": "RS"}
 # Run without --only: ST's and S2-S4's rows take longer to make than they
 # measure; B4 (D2 with and without the Prometheus worker metrics,
 # interleaved) is an A/B.
@@ -134,8 +147,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         help=f"comma-separated cases to run, e.g. E1,D1 (default: {','.join(DEFAULT_CASES)}; "
-        "D3, L2, S2, S3, S4, H1, SO, ST, B4, XP (processes) and XC (cpu-bound) only when "
-        "named)",
+        "D3, L2, S2, S3, S4, H1, SO, ST, B4, XP (processes), XC (cpu-bound) and RS (results) "
+        "only when named)",
     )
     p.add_argument("--jobs", type=int, help="jobs per drain (D1, D2, S1; default 20,000)")
     p.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run in ~1 min")
@@ -266,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         meta["suite_seconds"] = round(time.perf_counter() - started, 1)
     finally:
         db.drop()
-    tgts = _report.targets(figs) + _processes.targets(figs)
+    tgts = _report.targets(figs) + _processes.targets(figs) + _results.targets(figs)
     print(_report.table(figs, tgts))
     if interleaved:
         text, rows = _otel.summary(figs)
@@ -369,6 +382,17 @@ def _plan(
                     )
                 ),
             )
+    if "RS" in only:  # R1-R3: D1 with every job kept (beside D1 n=10), then wait() latency
+        if "D1" not in only:
+            add("D1 alkstore n=10", fresh(lambda lb: _d1(db, s, "D1", "alkstore", 10, lb)))
+        add(
+            "RS D1 every job kept n=10",
+            fresh(lambda lb: _results.drain_kept(db, s.drain, 10, s.procs, lb)),
+        )
+        add(
+            "RS enqueue-and-wait",
+            fresh(lambda lb: _results.wait_latency(db, _results.WAIT_ROUNDS, lb)),
+        )
     if "D3" in only:
         # I/O-bound handlers (1 ms sleep) vs no-op, Worker c=32, alternated.
         for r in range(2):

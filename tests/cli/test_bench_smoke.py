@@ -119,3 +119,20 @@ def test_x1_bench_processes_and_cpu_bound_run_and_report_their_targets(
     if importlib.util.find_spec("pgqueuer") is not None:  # the bench extra's baseline
         assert ("D2", "pgqueuer-asyncpg") in ran
         assert "XP 2 processes vs pgqueuer-asyncpg" in names
+
+
+def test_bench_results_reports_the_kept_drain_against_d1_and_wait_latency(
+    pg_server: _pg.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--only results` (RS): D1 with every job kept beside D1, then wait() round trips.
+    url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
+    monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
+    monkeypatch.setattr("bench._results.WAIT_ROUNDS", 20)
+    out = tmp_path / "bench.json"
+    assert cli.main(["--only", "results", "--jobs", "200", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    kept, waits = (f for f in doc["figures"] if f["case"] == "RS")
+    assert kept["jobs"] == 200 and "every job kept" in kept["shape"]
+    assert waits["jobs"] == 20 and 0 < waits["extra"]["p50_ms"] <= waits["extra"]["p99_ms"]
+    [ratio] = [t for t in doc["targets"] if t["name"] == "RS every job kept vs D1"]
+    assert ratio["value"] is not None and ratio["value"] > 0
