@@ -31,7 +31,7 @@ from ..tasks._periodic import Fired, Periodic
 from ._async_runner import AsyncRunner
 from ._handlers import HandlerSpec, Scope
 from ._listener import listen, listen_asyncpg, listen_conninfo
-from ._port import ClaimKey, QueuePort
+from ._port import ClaimKey, QueuePort, Wake
 from ._state import QueueBinding
 from ._sync_runner import DB_CLOSE_WAIT, SyncLanes, SyncRunner
 from ._threads import RunLanes
@@ -93,6 +93,9 @@ class StorePort:
 
     async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
         return await self.runner.run(self._queue.heartbeat_claims(list(claims)))
+
+    async def gone(self, job_ids: Sequence[int]) -> list[int]:
+        return await self.runner.run(self._queue.gone(list(job_ids)))
 
     async def retry(
         self, claim: ClaimKey, error: str | None, delay: float, traceback: str | None
@@ -183,7 +186,7 @@ class StoreBackend:
         port: QueuePort,
         application_name: str,
         channels: Sequence[str],
-        wake: Callable[[str], None],
+        wake: Wake,
         on_listening: Callable[[bool], None],
     ) -> None:
         """psycopg's listener, or asyncpg's where the engine speaks asyncpg (D1)."""
