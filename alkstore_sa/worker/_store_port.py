@@ -31,6 +31,7 @@ from ..tasks._periodic import Fired, Periodic
 from ._async_runner import AsyncRunner
 from ._handlers import HandlerSpec, Scope
 from ._listener import listen, listen_asyncpg, listen_conninfo
+from ._pool import HandlerPool
 from ._port import ClaimKey, QueuePort, Wake
 from ._state import QueueBinding
 from ._sync_runner import DB_CLOSE_WAIT, SyncLanes, SyncRunner
@@ -154,8 +155,16 @@ class StoreBackend:
     (``alkstore_sa.testing``), not on threads.
     """
 
-    def __init__(self, handler_threads: int, db_threads: int, *, inline: bool = False) -> None:
+    def __init__(
+        self,
+        handler_threads: int,
+        db_threads: int,
+        *,
+        inline: bool = False,
+        pool: HandlerPool | None = None,
+    ) -> None:
         self._lanes = RunLanes(handler_threads, db_threads)
+        self._pool = pool  # X2: a Worker's handler_executor, for its sync stores' handlers
         self._sync = SyncLanes.inline() if inline else SyncLanes(self._lanes)
         self._runners: dict[Hashable, Runner] = {}  # one per engine: what it listens with
 
@@ -173,7 +182,7 @@ class StoreBackend:
         runner: Runner
         if isinstance(queue, Queue):
             store, core = queue_parts(queue)
-            runner = SyncRunner(store, self._sync)
+            runner = SyncRunner(store, self._sync, self._pool)
         else:
             astore, core = async_queue_parts(queue)
             runner = AsyncRunner(astore, self._lanes)
@@ -199,3 +208,5 @@ class StoreBackend:
     def close(self) -> None:
         self._lanes.close(db_wait=DB_CLOSE_WAIT)
         self._sync.close()
+        if self._pool is not None:
+            self._pool.close()
