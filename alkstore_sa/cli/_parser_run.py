@@ -65,7 +65,7 @@ def add_run_commands(
         "--handler-processes",
         type=a.positive_int,
         metavar="N",
-        help="run a Worker's sync handlers in a pool of N processes (X2), for CPU-bound "
+        help="run the worker's sync handlers in a pool of N processes (X2), for CPU-bound "
         "handlers: heartbeats and acks stay in the worker",
     )
     p.add_argument(

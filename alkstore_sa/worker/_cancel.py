@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from typing import Protocol
 
@@ -96,16 +97,18 @@ class Cancels:
         self._run = run
         self._reports = reports
 
-    def notified(self, payload: str) -> None:
-        """A control channel notification (the listener's)."""
+    def notified(self, payload: str, queues: Iterable[QueueState]) -> None:
+        """A control channel notification (the listener's), for the queues of its store
+        (ids are unique per schema only)."""
         ids = cancel_ids(payload)
         if ids:
-            self.cancel(ids)
+            for qs in queues:
+                self.cancel(qs, ids)
 
-    def cancel(self, ids: set[int]) -> None:
-        for qs in self._run.queues:
-            for slot in [s for s in qs.held.values() if s.job.id in ids]:
-                self._stop(qs, slot)
+    def cancel(self, qs: QueueState, ids: set[int]) -> None:
+        """Stop the jobs of ``qs`` among ``ids`` that this run holds."""
+        for slot in [s for s in qs.held.values() if s.job.id in ids]:
+            self._stop(qs, slot)
 
     def _stop(self, qs: QueueState, slot: Slot) -> None:
         if slot.cancelled:

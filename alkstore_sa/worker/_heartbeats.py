@@ -37,7 +37,7 @@ class Heartbeats:
         self._changed = asyncio.Event()
         self._wakes_at = 0.0  # when the task wakes next (loop time); 0 while beating
         # C1: told the ids of lost claims whose jobs have no row left (cancelled).
-        self.on_gone: Callable[[set[int]], None] | None = None
+        self.on_gone: Callable[[QueueState, set[int]], None] | None = None
 
     def track(self, slot: Slot) -> None:
         """Schedule ``slot``'s first beat (call once it is in its queue's ``held``)."""
@@ -114,4 +114,4 @@ class Heartbeats:
             log.debug("asking whether %d lost claim(s) were cancelled failed: %s", len(lost), exc)
             return
         if gone:
-            self.on_gone(set(gone))
+            self.on_gone(qs, set(gone))

@@ -1,4 +1,4 @@
-"""X2: a Worker's sync handlers in a ``concurrent.futures.Executor`` (``handler_executor``).
+"""X2: a worker's sync handlers in a ``concurrent.futures.Executor`` (``handler_executor``).
 
 Only the handler's call moves: the job is claimed, heartbeated, acked (or
 retried, failed, snoozed) by the worker as always, so a handler that holds
@@ -56,12 +56,14 @@ def handler_pool(
         return None
     if not isinstance(executor, Executor):
         raise TypeError(
-            "Worker: handler_executor takes a concurrent.futures.Executor "
+            "handler_executor takes a concurrent.futures.Executor "
             f"(ProcessPoolExecutor for CPU-bound handlers), got {type(executor).__name__}"
         )
     if isinstance(executor, ProcessPoolExecutor):
         for name, spec in specs:
-            where = f"Worker queue {name!r}: handler {spec.name}"
+            if spec.is_async:
+                continue  # an AsyncWorker's async handlers run on its loop, as ever
+            where = f"queue {name!r}: handler {spec.name}"
             if spec.wants_session:
                 raise ValueError(
                     f"{where} is session-scoped and cannot run in a process pool: its "

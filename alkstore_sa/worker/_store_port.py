@@ -164,7 +164,7 @@ class StoreBackend:
         pool: HandlerPool | None = None,
     ) -> None:
         self._lanes = RunLanes(handler_threads, db_threads)
-        self._pool = pool  # X2: a Worker's handler_executor, for its sync stores' handlers
+        self._pool = pool  # X2: the worker's handler_executor, for its sync handlers
         self._sync = SyncLanes.inline() if inline else SyncLanes(self._lanes)
         self._runners: dict[Hashable, Runner] = {}  # one per engine: what it listens with
 
@@ -185,7 +185,7 @@ class StoreBackend:
             runner = SyncRunner(store, self._sync, self._pool)
         else:
             astore, core = async_queue_parts(queue)
-            runner = AsyncRunner(astore, self._lanes)
+            runner = AsyncRunner(astore, self._lanes, self._pool)
         port = StorePort(runner, core, handler)
         self._runners.setdefault(port.listen_group, runner)
         return port, core

@@ -225,19 +225,21 @@ class Supervisor:
         listeners = []
         for members in groups.values():
             by_channel = {qs.binding.core.address.channel: qs for qs in members}
-            controls = {qs.binding.core.address.control_channel for qs in members}
+            controls: dict[str, list[QueueState]] = {}  # per store (schema): C1
+            for qs in members:
+                controls.setdefault(qs.binding.core.address.control_channel, []).append(qs)
 
             def wake(
                 channel: str,
                 payload: str = "",
                 by_channel: dict[str, QueueState] = by_channel,
-                controls: set[str] = controls,
+                controls: dict[str, list[QueueState]] = controls,
             ) -> None:
                 qs = by_channel.get(channel)
                 if qs is not None:
                     qs.wake()
                 elif channel in controls:
-                    cancels.notified(payload)
+                    cancels.notified(payload, controls[channel])
 
             def listening(up: bool, members: list[QueueState] = members) -> None:
                 run.listening += 1 if up else -1

@@ -262,7 +262,8 @@ class AsyncWorker(_Base):
     """The asyncio twin of ``Worker``: ``await worker.run()``, ``worker.stop()``.
 
     Handlers are ``async def`` taking ``(job)`` or ``(job, AsyncSession)``;
-    plain sync ``(job)`` handlers are accepted too and run in threads.
+    plain sync ``(job)`` handlers are accepted too and run in threads (or
+    in ``handler_executor``, X2).
     """
 
     def __init__(
@@ -279,6 +280,7 @@ class AsyncWorker(_Base):
         handle_signals: bool = True,
         periodic: Iterable[Periodic] | None = None,
         max_batch_payload_bytes: int | None = None,
+        handler_executor: Executor | None = None,
     ) -> None:
 
         def session_needs_async(spec: HandlerSpec, name: str) -> None:
@@ -292,6 +294,7 @@ class AsyncWorker(_Base):
                 )
 
         self._queues = _handlers(handlers, AsyncQueue, "AsyncWorker", session_needs_async)
+        self._pool = handler_pool(handler_executor, [(q.name, h) for q, h in self._queues])
         self._periodic = checked_schedules(periodic, "AsyncWorker", is_async=True)
         super().__init__(
             _settings(
@@ -316,7 +319,9 @@ class AsyncWorker(_Base):
         """Run jobs until ``stop()`` or SIGTERM/SIGINT; then return."""
         self._claim_run()
         sync_queues = sum(1 for _, spec in self._queues if not spec.is_async)
-        await self._run_on(StoreBackend(self._settings.concurrency * sync_queues, 1))
+        await self._run_on(
+            StoreBackend(self._settings.concurrency * sync_queues, 1, pool=self._pool)
+        )
 
 
 def handled(worker: Worker | AsyncWorker) -> list[tuple[Any, HandlerSpec]]:
@@ -333,10 +338,8 @@ def override_concurrency(worker: Worker | AsyncWorker, concurrency: int) -> None
 
 
 def override_handler_executor(worker: Worker | AsyncWorker, executor: Executor) -> None:
-    """For ``alkstore worker --handler-processes N`` (X2): run a built ``Worker``'s
+    """For ``alkstore worker --handler-processes N`` (X2): run a built worker's sync
     handlers in ``executor``, shut down when its run ends (checks as the constructor's)."""
-    if not isinstance(worker, Worker):
-        raise ValueError("it runs a Worker's sync handlers; the target is an AsyncWorker")
     worker._pool = handler_pool(executor, [(q.name, h) for q, h in worker._queues], owned=True)
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import URL
+from sqlalchemy import URL, create_engine
 
-from alkstore_sa import Job, QueueOpts, Store, Worker
+from alkstore_sa import AsyncWorker, Job, QueueOpts, Store, Worker
 from alkstore_sa.cli._db import CliError
 from alkstore_sa.cli._worker import resolve_worker
 from alkstore_sa.worker._pool import HandlerPool
@@ -181,17 +181,38 @@ def test_x2_cli_handler_processes(database_url: URL, monkeypatch: pytest.MonkeyP
     pool = worker._pool
     assert isinstance(pool, HandlerPool) and pool.processes
     pool.close()
-    with pytest.raises(CliError, match="--handler-processes"):
-        resolve_worker("tests.worker.test_x2_handler_executor:async_target", None, 1)
+    with pytest.raises(CliError, match=r"--handler-processes: .*session-scoped"):
+        resolve_worker("tests.worker.test_x2_handler_executor:session_target", None, 1)
 
 
-def async_target() -> Any:
-    from sqlalchemy.ext.asyncio import create_async_engine
+def session_target() -> Worker:
+    """A CLI target whose handler takes a session: refused with a process pool."""
+    store = Store(create_engine("postgresql+psycopg://nobody@localhost/none"))
 
-    from alkstore_sa import AsyncStore, AsyncWorker
-
-    async def handler(job: Job) -> None:
+    def with_session(job: Job, session: Any) -> None:
         pass
 
-    engine = create_async_engine("postgresql+psycopg://nobody@localhost/none")
-    return AsyncWorker({AsyncStore(engine).queue("x2a"): handler})
+    return Worker({store.queue("x2s"): with_session})
+
+
+def test_x2_an_async_worker_runs_its_sync_handlers_in_the_pool(
+    database_url: URL, store: Store, tmp_path: Path, pool: ProcessPoolExecutor
+) -> None:
+    runs = tmp_path / "runs"
+    q = store.queue("x2a", QueueOpts(keep_completed=60))
+    job_id = q.enqueue(_x2_app.payload(str(runs), do="ok"))
+    running = start_worker(
+        "async",
+        database_url,
+        lambda s: AsyncWorker(
+            {s.queue("x2a", QueueOpts(keep_completed=60)): _x2_app.outcomes},
+            handler_executor=pool,
+            poll_interval=0.2,
+        ),
+    )
+    try:
+        wait_for(lambda: q.get_job(job_id).status == "completed")
+    finally:
+        running.stop()
+    [line] = _runs(runs)
+    assert int(line.split()[2]) != os.getpid()
