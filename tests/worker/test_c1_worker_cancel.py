@@ -209,3 +209,51 @@ def _settled(caplog: pytest.LogCaptureFixture) -> dict[int, str]:
         for r in caplog.records
         if getattr(r, "alkstore_outcome", None) in ("acked", "cancelled", "lost")
     }
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_c1_a_job_claimed_ahead_and_not_started_is_dropped_unrun(
+    kind: str, database_url: URL, store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="alkstore_sa.worker")
+    q = store.queue("c1a")
+    ran: list[bytes] = []
+    long_started = threading.Event()
+    release = threading.Event()
+    if kind == "sync":
+
+        def body(job: Job) -> None:
+            ran.append(job.payload)
+            if job.payload == b"long":
+                long_started.set()
+                release.wait(10)
+
+    else:
+
+        async def body(job: Job) -> None:  # type: ignore[misc]
+            ran.append(job.payload)
+            if job.payload == b"long":
+                long_started.set()
+                while not release.is_set():
+                    await asyncio.sleep(0.01)
+
+    cls = worker_class(kind)
+    running = start_worker(
+        kind, database_url, lambda s: cls({s.queue("c1a"): body}, concurrency=1, poll_interval=5)
+    )
+    try:
+        shorts = q.enqueue_many([b"short"] * 3)  # short handlers: it claims one batch ahead
+        wait_for(lambda: all(q.get_job(i) is None for i in shorts))
+        long_id, ahead = q.enqueue_many([b"long", b"ahead"])  # one wake, one claim of two
+        assert long_started.wait(10)
+        wait_for(lambda: q.get_job(ahead).status == "processing")  # held, waiting in ready
+        assert q.cancel(ahead) is True
+        wait_for(lambda: _outcomes(caplog, "cancelled"))
+        release.set()
+        wait_for(lambda: q.get_job(long_id) is None)
+    finally:
+        release.set()
+        running.stop()
+    assert b"ahead" not in ran
+    [record] = _outcomes(caplog, "cancelled")
+    assert record.alkstore_job_id == ahead and "claimed ahead, not run" in record.getMessage()
