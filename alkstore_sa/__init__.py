@@ -29,7 +29,7 @@ if _typing.TYPE_CHECKING:
     from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
     from .store import JobHandle, Queue, Store
     from .tasks import AsyncTask, Periodic, Task, Tasks
-    from .worker import AsyncWorker, Worker, WorkerHealth, run_processes
+    from .worker import AsyncWorker, Worker, WorkerHealth, job_cancelled, run_processes
 
 # Where each public name lives, relative to this package.
 _HOMES = {
@@ -55,7 +55,9 @@ _HOMES = {
     **dict.fromkeys(["AsyncJobHandle", "AsyncQueue", "AsyncStore"], ".aio"),
     **dict.fromkeys(["JobHandle", "Queue", "Store"], ".store"),
     **dict.fromkeys(["AsyncTask", "Periodic", "Task", "Tasks"], ".tasks"),
-    **dict.fromkeys(["AsyncWorker", "Worker", "WorkerHealth", "run_processes"], ".worker"),
+    **dict.fromkeys(
+        ["AsyncWorker", "Worker", "WorkerHealth", "job_cancelled", "run_processes"], ".worker"
+    ),
 }
 
 __all__ = [
@@ -89,6 +91,7 @@ __all__ = [
     "WorkerHealth",
     "WorkerInfo",
     "WorkerStartError",
+    "job_cancelled",
     "migrate",
     "run_processes",
 ]

@@ -173,7 +173,13 @@ class FakeDB:
             self.wake(self.queue)
 
     def cancel(self, job_id: int) -> None:
+        """Q23: the row deleted (C1's notification is the test's to send)."""
         self.rows.pop(job_id, None)
+
+    def reclaim(self, job_id: int) -> None:
+        """The claim lost to another worker's claim (a lapse and a reclaim): row still there."""
+        row = self.rows[job_id]
+        row.job = replace(row.job, attempts=row.job.attempts + 1, worker_id="other")
 
     def sweep(self) -> SweepResult:
         """Expired rows (``expired`` set) go dead; the fake keeps dead rows forever."""
@@ -218,6 +224,10 @@ class FakePort:
 
     async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
         return self.db.extend(claims)
+
+    async def gone(self, job_ids: Sequence[int]) -> list[int]:
+        self.db.log("gone", list(job_ids))
+        return [i for i in job_ids if i not in self.db.rows and i not in self.db.dead]
 
     async def retry(
         self, claim: ClaimKey, error: str | None, delay: float, traceback: str | None
@@ -277,6 +287,8 @@ class FakeBackend:
 
     def __init__(self, *, listen_after: float = 0.001, relisten_at: tuple[float, ...] = ()) -> None:
         self.closed = False
+        self.notify: Any = None  # the listener's wake, once it listens
+        self.channels: list[str] = []
         self._listen_after = listen_after
         self._relisten_at = relisten_at  # loop times LISTEN drops and comes back at once
 
@@ -291,6 +303,8 @@ class FakeBackend:
         assert isinstance(port, FakePort)
         await asyncio.sleep(self._listen_after)
         port.db.wake = lambda queue: wake(channels[0])
+        self.notify = wake  # C1: ``notify(channel, payload)`` as a NOTIFY would
+        self.channels = list(channels)
         on_listening(True)
         loop = asyncio.get_running_loop()
         for at in self._relisten_at:

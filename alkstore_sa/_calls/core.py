@@ -181,6 +181,10 @@ class QueueCore(QueueAdminCalls):
         """Extend held claims by each job's visibility timeout; returns extended ids."""
         return partial(_ops.heartbeat_held, address=self.address, claims=claims)
 
+    def gone(self, job_ids: list[int]) -> Call[list[int]]:
+        """C1: which of ``job_ids`` have no row left (cancelled while claimed)."""
+        return partial(_ops.gone, address=self.address, job_ids=job_ids)
+
     def release(self, job_id: int, attempts: int) -> Call[_ops.Released | None]:
         """Give a held claim back: pending, due now, attempt not refunded (Q27).
 

@@ -40,6 +40,11 @@ class StoreAddress:
         return channel_for(self.schema, "alkstore.done")
 
     @property
+    def control_channel(self) -> str:
+        """C1: told which claimed jobs were cancelled (``cancel:<ids>``); workers LISTEN."""
+        return channel_for(self.schema, "alkstore.control")
+
+    @property
     def execution_options(self) -> dict[str, Any]:
         if self.schema == "alkstore":
             # The tables' own placeholder: nothing to translate.  A translate

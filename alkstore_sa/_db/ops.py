@@ -185,6 +185,13 @@ def heartbeat_held(
     return [row[0] for row in fetch(conn, address, handle_sql.heartbeat_held(), _claims(claims))]
 
 
+def gone(conn: Connection, *, address: QueueAddress, job_ids: list[int]) -> list[int]:
+    """C1: those of ``job_ids`` with no row left anywhere (cancelled, Q23)."""
+    params = {"p_job_ids": job_ids}
+    there = {row[0] for row in fetch(conn, address, handle_sql.still_there(), params)}
+    return [job_id for job_id in job_ids if job_id not in there]
+
+
 def ack_batch(conn: Connection, *, address: QueueAddress, job_ids: list[int]) -> int:
     params = {
         "p_queue": address.queue,
@@ -195,7 +202,11 @@ def ack_batch(conn: Connection, *, address: QueueAddress, job_ids: list[int]) ->
 
 
 def cancel(conn: Connection, *, address: QueueAddress, job_id: int) -> bool:
-    params = {"p_queue": address.queue, "p_job_id": job_id}
+    params = {
+        "p_queue": address.queue,
+        "p_job_id": job_id,
+        "p_control_channel": address.control_channel,
+    }
     return bool(fetch(conn, address, queue_wide_sql.cancel(), params))
 
 

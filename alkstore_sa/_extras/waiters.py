@@ -60,7 +60,7 @@ async def _listen(store: Store | AsyncStore, channel: str, wake: Callable[[], No
         if up:
             wake()  # notifications sent while it was down are lost: re-read now
 
-    def woke(_channel: str) -> None:
+    def woke(_channel: str, _payload: str = "") -> None:
         wake()
 
     if isinstance(store, AsyncStore):

@@ -139,6 +139,10 @@ class SnoozeJob(AlkstoreError):
         super().__init__(f"snoozed for {seconds:g}s")
         self.delay = seconds
 
+    def __reduce__(self) -> tuple[type[SnoozeJob], tuple[float]]:
+        # X2: raised in a process pool's child, it crosses back pickled.
+        return (type(self), (self.delay,))
+
 
 class JobDeadError(AlkstoreError):
     """``task.result()`` of a job that died (R3); ``.job`` is the dead ``Job``."""

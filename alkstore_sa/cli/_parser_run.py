@@ -62,6 +62,13 @@ def add_run_commands(
         help="run N worker processes under one supervisor (X1), each its own worker; uses N cores",
     )
     p.add_argument(
+        "--handler-processes",
+        type=a.positive_int,
+        metavar="N",
+        help="run the worker's sync handlers in a pool of N processes (X2), for CPU-bound "
+        "handlers: heartbeats and acks stay in the worker",
+    )
+    p.add_argument(
         "--metrics-port",
         type=a.port,
         metavar="PORT",

@@ -28,13 +28,15 @@ __all__ = ["child_worker", "cmd_worker_processes", "processes_response"]
 log = logging.getLogger("alkstore.cli")
 
 
-def child_worker(spec: str, concurrency: int | None, log_level: str) -> Worker | AsyncWorker:
+def child_worker(
+    spec: str, concurrency: int | None, log_level: str, handler_processes: int | None = None
+) -> Worker | AsyncWorker:
     """What each child runs first: the CLI's logging, then the target resolved as
-    ``alkstore worker`` resolves it."""
+    ``alkstore worker`` resolves it (``--handler-processes``: a pool per child)."""
     from ._worker import resolve_worker, setup_logging
 
     setup_logging(log_level)
-    return resolve_worker(spec, concurrency)
+    return resolve_worker(spec, concurrency, handler_processes)
 
 
 def processes_response(health: ProcessesHealth) -> tuple[int, dict[str, Any]]:
@@ -135,7 +137,9 @@ def _serve(
 
 def cmd_worker_processes(args: argparse.Namespace, database: Database, schema: str) -> int:
     """After ``cmd_worker``'s checks: run ``args.processes`` children of the target."""
-    target = partial(child_worker, args.target, args.concurrency, args.log_level)
+    target = partial(
+        child_worker, args.target, args.concurrency, args.log_level, args.handler_processes
+    )
     supervisor = ProcessSupervisor(target, args.processes, metrics=args.metrics_port is not None)
     with _serve(args, database, schema, supervisor):
         # Nothing logged before the children start: a bad target is one line.

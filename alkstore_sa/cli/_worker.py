@@ -11,7 +11,7 @@ from typing import Any
 from ..store import Store
 from ..tasks import Tasks
 from ..worker import AsyncWorker, Worker
-from ..worker._worker import check_schema, override_concurrency
+from ..worker._worker import check_schema, override_concurrency, override_handler_executor
 from ._db import CliError, Database, export_to_environment, open_engine
 from ._loader import call_factory, load_object
 from ._metrics import require_prometheus, serve_worker_http
@@ -53,7 +53,24 @@ def _from_tasks(tasks: Tasks[Any], concurrency: int | None) -> Worker | AsyncWor
         raise CliError(f"cannot run the tasks: {exc}", code=2) from None
 
 
-def resolve_worker(spec: str, concurrency: int | None) -> Worker | AsyncWorker:
+def resolve_worker(
+    spec: str, concurrency: int | None, handler_processes: int | None = None
+) -> Worker | AsyncWorker:
+    worker = _resolve(spec, concurrency)
+    if handler_processes is not None:  # X2: the handlers in N spawned processes
+        from concurrent.futures import ProcessPoolExecutor
+        from multiprocessing import get_context
+
+        pool = ProcessPoolExecutor(handler_processes, mp_context=get_context("spawn"))
+        try:
+            override_handler_executor(worker, pool)
+        except (TypeError, ValueError) as exc:
+            pool.shutdown(wait=False)
+            raise CliError(f"--handler-processes: {exc}", code=2) from None
+    return worker
+
+
+def _resolve(spec: str, concurrency: int | None) -> Worker | AsyncWorker:
     obj = load_object(spec)
     if isinstance(obj, Tasks):
         return _from_tasks(obj, concurrency)
@@ -98,7 +115,7 @@ def cmd_worker(args: argparse.Namespace, database: Database, schema: str) -> int
         from ._processes import cmd_worker_processes
 
         return cmd_worker_processes(args, database, schema)
-    worker = resolve_worker(args.target, args.concurrency)
+    worker = resolve_worker(args.target, args.concurrency, args.handler_processes)
     with serve_worker_http(args, database, schema, worker):
         log.info("running %s; SIGTERM or Ctrl-C stops it gracefully", args.target)
         if isinstance(worker, AsyncWorker):

@@ -19,7 +19,7 @@ what the tests use to see several slots in seconds).
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
@@ -38,7 +38,7 @@ from ..store import Queue
 from ..store import queue_parts as sync_queue_parts
 from ._task import TaskBase
 
-__all__ = ["ALIASES", "Fired", "Periodic"]
+__all__ = ["ALIASES", "Fired", "Periodic", "checked_schedules"]
 
 ALIASES = {
     "@yearly": "0 0 1 1 *",
@@ -240,3 +240,26 @@ def _aware(dt: object) -> None:
         raise TypeError(f"expected a datetime, got {type(dt).__name__}")
     if dt.tzinfo is None or dt.utcoffset() is None:
         raise ValueError("expected an aware datetime (with tzinfo)")
+
+
+def checked_schedules(periodic: object, what: str, is_async: bool) -> list[Periodic]:
+    """P1: the schedules a worker fires, checked: ``Periodic``s of its kind, names unique."""
+    if periodic is None:
+        return []
+    if isinstance(periodic, Periodic) or not isinstance(periodic, Iterable):
+        raise TypeError(f"{what}: periodic takes a list of Periodic")
+    schedules = list(periodic)
+    names: set[str] = set()
+    for schedule in schedules:
+        if not isinstance(schedule, Periodic):
+            raise TypeError(f"{what}: periodic takes Periodic items, got {type(schedule).__name__}")
+        if schedule.is_async != is_async:
+            store = "an AsyncStore" if schedule.is_async else "a Store"
+            raise TypeError(
+                f"{what}: periodic {schedule.name!r} enqueues through {store}; "
+                f"give it to {'AsyncWorker' if schedule.is_async else 'Worker'}"
+            )
+        if schedule.name in names:
+            raise ValueError(f"{what}: periodic {schedule.name!r} appears twice")
+        names.add(schedule.name)
+    return schedules

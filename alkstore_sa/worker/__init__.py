@@ -6,6 +6,7 @@ executor with heartbeats, and a completer that batches acks.
 ``run_processes`` (X1) runs N of them, one per process, under a supervisor.
 """
 
+from ._cancel import job_cancelled
 from ._processes import ChildHealth, ProcessesHealth, ProcessSupervisor, run_processes
 from ._state import WorkerHealth
 from ._worker import AsyncWorker, Worker, default_worker_id
@@ -18,5 +19,6 @@ __all__ = [
     "Worker",
     "WorkerHealth",
     "default_worker_id",
+    "job_cancelled",
     "run_processes",
 ]

@@ -23,6 +23,7 @@ from .._db.sockets import shutdown_socket
 from .._values.job import Job
 from ..aio import AsyncStore, run_call
 from ._handlers import HandlerSpec, Scope, awaited_in, scoped
+from ._pool import HandlerPool
 from ._sync_runner import session_ack
 from ._threads import RunLanes
 
@@ -35,9 +36,10 @@ Started = asyncio.Future[object]
 class AsyncRunner:
     """The runner of a ``StorePort`` over an ``AsyncStore``."""
 
-    def __init__(self, store: AsyncStore, lanes: RunLanes) -> None:
+    def __init__(self, store: AsyncStore, lanes: RunLanes, pool: HandlerPool | None = None) -> None:
         self._store = store
         self._lanes = lanes
+        self._pool = pool  # X2: plain sync handlers run in the worker's handler_executor
         self._claiming: Connection | None = None  # the claim's, while it runs
 
     @property
@@ -77,6 +79,8 @@ class AsyncRunner:
     def start(self, spec: HandlerSpec, core: QueueCore, job: Job, scope: Scope) -> Started:
         if not spec.is_async:
             # Plain sync handlers are allowed on an AsyncWorker: they get a thread.
+            if self._pool is not None:
+                return self._pool.run(spec.fn, job, scope)
             return self._lanes.handlers.submit(scoped(functools.partial(spec.fn, job), scope))
         run: Awaitable[object] = (
             _session_call(self._store, spec, core, job) if spec.wants_session else spec.fn(job)

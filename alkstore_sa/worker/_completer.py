@@ -111,7 +111,10 @@ class Settler:
             return None
         self._run.db_ok()
         if not result:
-            self.reports.lost(qs, slot, f"{what} refused, the claim was already gone", outcome)
+            if slot.cancelled:  # C1: the cancel committed first
+                self.reports.cancelled(qs, slot)
+            else:
+                self.reports.lost(qs, slot, f"{what} refused, the claim was already gone", outcome)
             return None
         return result
 
@@ -139,6 +142,8 @@ class Completer(Settler):
             return
         if await self.ack(qs, slot.key):
             self.reports.acked(qs, slot)
+        elif slot.cancelled:  # C1: the cancel committed first
+            self.reports.cancelled(qs, slot)
         else:
             self.reports.lost(qs, slot, "before the ack", outcome)
 

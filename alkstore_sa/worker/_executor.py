@@ -16,7 +16,9 @@ happens to a job, by how its handler ended:
 - ran past ``job_timeout``: retried like an exception; an async handler is
   cancelled, a sync one keeps its concurrency slot until it returns (a
   thread cannot be stopped);
-- its claim was lost meanwhile (a heartbeat found it gone): not acked.
+- its claim was lost meanwhile (a heartbeat found it gone): not acked;
+- its job was cancelled meanwhile (C1, ``_cancel``): ``cancelled``, whatever
+  the handler did (an async one got ``CancelledError``); nothing recorded.
 
 ``_completer`` records each outcome (an outcome the database refuses or
 cannot record is reported lost: the claim lapses and the job runs again);
@@ -38,6 +40,7 @@ from .._values.job import Job
 from .._values.opts import QueueOpts
 from .._values.stamps import backoff_delay
 from ._bounded import bounded, cut
+from ._cancel import Running
 from ._completer import Settler
 from ._handlers import exception_text, stored_error
 from ._heartbeats import Heartbeats
@@ -89,7 +92,7 @@ class Executor:
         qs.busy += 1
         # The handler starts now, not on the task's first step: one loop pass sooner.
         try:
-            fut = qs.port.start(job, self._scope(job))
+            fut = qs.port.start(job, self._scope(slot))
         except Exception as exc:  # e.g. calling an async handler raised: an outcome like any
             fut = loop.create_future()
             fut.set_exception(exc)
@@ -99,18 +102,19 @@ class Executor:
         self._run.jobs.add(task)
         task.add_done_callback(self._job_done)
 
-    def _scope(self, job: Job) -> AbstractContextManager[object] | None:
-        """The observers' scopes around the handler's run (B3 spans); None for none."""
+    def _scope(self, slot: Slot) -> AbstractContextManager[object]:
+        """The scope around the handler's run: ``job_cancelled()``'s (C1), then the
+        observers' (B3 spans)."""
+        running = Running(slot)
         if not self._run.observers:
-            return None
+            return running
+        job = slot.job
         scopes = [
             scope
             for observer in self._run.observers
             if (scope := observer.handler_scope(job)) is not None
         ]
-        if not scopes:
-            return None
-        return scopes[0] if len(scopes) == 1 else _nested(scopes)
+        return _nested([running, *scopes]) if scopes else running
 
     def _job_done(self, task: asyncio.Task[None]) -> None:
         self._run.jobs.discard(task)
@@ -163,6 +167,9 @@ class Executor:
         """How the handler that returned or raised ended, as an outcome to settle."""
         fut = slot.fut
         assert fut is not None
+        if slot.cancelled:  # C1: whatever it did, nothing is recorded
+            consume_outcome(fut)
+            return CANCELLED
         try:
             exc = fut.exception()
         except asyncio.CancelledError as cancelled:
@@ -249,6 +256,7 @@ def _nested(scopes: list[AbstractContextManager[object]]) -> Iterator[None]:
 
 
 ACKED = Outcome("acked")
+CANCELLED = Outcome("cancelled")
 ACKED_BY_SESSION = Outcome("acked", by_session=True)
 
 

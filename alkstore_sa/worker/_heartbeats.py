@@ -7,6 +7,9 @@ queue of the run: it sleeps until the earliest beat is due, then beats, per
 queue in one statement, every claim at least halfway to its own beat time
 (fewer round trips).  A claim the database no longer extends was lost
 (lapsed, cancelled, reclaimed): it is marked so, and its job is not acked.
+When its job has no row left at all it was cancelled (C1): ``on_gone``
+stops it, the fallback for a cancel whose notification never came (LISTEN
+down).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 from ._state import QueueState, RunState, Slot, reraise_if_cancelled
 
@@ -32,6 +36,8 @@ class Heartbeats:
         self._run = run
         self._changed = asyncio.Event()
         self._wakes_at = 0.0  # when the task wakes next (loop time); 0 while beating
+        # C1: told the ids of lost claims whose jobs have no row left (cancelled).
+        self.on_gone: Callable[[QueueState, set[int]], None] | None = None
 
     def track(self, slot: Slot) -> None:
         """Schedule ``slot``'s first beat (call once it is in its queue's ``held``)."""
@@ -76,6 +82,7 @@ class Heartbeats:
                 s.next_beat = now + min(BEAT_RETRY, s.beat_every / 2)
             return
         self._run.db_ok()
+        lost: list[int] = []
         for s in due:
             if s.job.id in extended or s.finishing:
                 # A finishing job's row may be gone already: its outcome says
@@ -85,6 +92,7 @@ class Heartbeats:
                 # Kept in ``held`` (not beaten, never acked): shutdown must still
                 # cancel or abandon its handler within the grace.
                 s.lost = True
+                lost.append(s.job.id)
                 # Not the outcome yet: that is reported (lost) when the handler returns.
                 log.info(
                     "job %d on %s: heartbeat found its claim gone (lapsed, cancelled or "
@@ -93,3 +101,17 @@ class Heartbeats:
                     qs.name,
                     extra={"alkstore_queue": qs.name, "alkstore_job_id": s.job.id},
                 )
+        if lost and self.on_gone is not None:
+            await self._cancelled(qs, lost)
+
+    async def _cancelled(self, qs: QueueState, lost: list[int]) -> None:
+        """C1's fallback: those of ``lost`` with no row left were cancelled."""
+        assert self.on_gone is not None
+        try:
+            gone = await qs.port.gone(lost)
+        except Exception as exc:
+            reraise_if_cancelled(exc)
+            log.debug("asking whether %d lost claim(s) were cancelled failed: %s", len(lost), exc)
+            return
+        if gone:
+            self.on_gone(qs, set(gone))

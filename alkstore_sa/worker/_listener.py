@@ -42,7 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._db.keepalives import keepalive_params
 from .._db.sockets import driver_fd, shutdown_fd
-from ._port import QueuePort
+from ._port import QueuePort, Wake
 from ._state import reraise_if_cancelled
 
 if TYPE_CHECKING:
@@ -84,7 +84,7 @@ def listen_conninfo(conn: Connection, *, application_name: str) -> str:
 
 
 class _ListenLoop:
-    """LISTENs on ``channels`` and calls ``wake(channel)`` for each notification.
+    """LISTENs on ``channels`` and calls ``wake(channel, payload)`` for each notification.
 
     ``on_listening(True)`` runs after every successful (re)LISTEN,
     ``on_listening(False)`` when an established LISTEN is lost.  A subclass
@@ -95,7 +95,7 @@ class _ListenLoop:
     def __init__(
         self,
         channels: list[str],
-        wake: Callable[[str], None],
+        wake: Wake,
         on_listening: Callable[[bool], None],
     ) -> None:
         self._channels = channels
@@ -154,7 +154,7 @@ class Listener(_ListenLoop):
         self,
         conninfo: Callable[[], Awaitable[str]],
         channels: list[str],
-        wake: Callable[[str], None],
+        wake: Wake,
         on_listening: Callable[[bool], None],
     ) -> None:
         super().__init__(channels, wake, on_listening)
@@ -169,7 +169,7 @@ class Listener(_ListenLoop):
         self._established_now()
         while True:
             async for note in conn.notifies(timeout=LIVENESS_INTERVAL):
-                self._wake(note.channel)
+                self._wake(note.channel, note.payload)
             await _probe(conn.execute("SELECT 1"), driver_fd(conn))
 
     async def _close(self) -> None:
@@ -189,7 +189,7 @@ class AsyncpgListener(_ListenLoop):
         store: AsyncStore,
         application_name: str,
         channels: list[str],
-        wake: Callable[[str], None],
+        wake: Wake,
         on_listening: Callable[[bool], None],
     ) -> None:
         super().__init__(channels, wake, on_listening)
@@ -219,8 +219,8 @@ class AsyncpgListener(_ListenLoop):
                 continue
             raise ConnectionError("the LISTEN connection was closed")
 
-    def _notified(self, _conn: object, _pid: int, channel: str, _payload: str) -> None:
-        self._wake(channel)
+    def _notified(self, _conn: object, _pid: int, channel: str, payload: str) -> None:
+        self._wake(channel, payload)
 
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
@@ -255,7 +255,7 @@ async def listen_asyncpg(
     store: AsyncStore,
     application_name: str,
     channels: Sequence[str],
-    wake: Callable[[str], None],
+    wake: Wake,
     on_listening: Callable[[bool], None],
 ) -> None:
     """The asyncpg ``Backend.listen``: an ``AsyncpgListener`` until cancelled."""
@@ -266,7 +266,7 @@ async def listen(
     port: QueuePort,
     application_name: str,
     channels: Sequence[str],
-    wake: Callable[[str], None],
+    wake: Wake,
     on_listening: Callable[[bool], None],
 ) -> None:
     """``Backend.listen`` of both real backends: a ``Listener`` reading where to

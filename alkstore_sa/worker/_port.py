@@ -31,7 +31,7 @@ from .._values.job import Job, SweepResult
 if TYPE_CHECKING:
     from ..tasks._periodic import Fired, Periodic
 
-__all__ = ["Backend", "ClaimKey", "FiringPort", "QueuePort"]
+__all__ = ["Backend", "ClaimKey", "FiringPort", "QueuePort", "Wake"]
 
 # A claim's identity: (job id, attempts at the claim).  The job id alone is
 # not enough, since a worker may reclaim its own lapsed job (Q14).
@@ -75,6 +75,10 @@ class QueuePort(Protocol):
 
     async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
         """Extend the claims still held by each job's visibility timeout; returns their ids."""
+        ...
+
+    async def gone(self, job_ids: Sequence[int]) -> list[int]:
+        """C1: those of ``job_ids`` with no row left, live, dead or kept (cancelled)."""
         ...
 
     async def retry(
@@ -151,6 +155,12 @@ class FiringPort(Protocol):
         ...
 
 
+class Wake(Protocol):
+    """The listener's callback: a notification on ``channel`` with its ``payload``."""
+
+    def __call__(self, channel: str, payload: str = "", /) -> None: ...
+
+
 class Backend(Protocol):
     """What a run's ports share; closed once when the run ends."""
 
@@ -159,12 +169,12 @@ class Backend(Protocol):
         port: QueuePort,
         application_name: str,
         channels: Sequence[str],
-        wake: Callable[[str], None],
+        wake: Wake,
         on_listening: Callable[[bool], None],
     ) -> None:
         """LISTEN on ``channels`` where ``port``'s database is, until cancelled.
 
-        ``wake(channel)`` for each notification; ``on_listening(True)`` each
+        ``wake(channel, payload)`` for each notification; ``on_listening(True)`` each
         time LISTEN is (re)established, since notifications sent while it was
         down are lost, and ``on_listening(False)`` each time it is lost.
         """

@@ -116,6 +116,7 @@ class Slot:
     freed: bool = False  # its concurrency slot was given back
     finishing: bool = False  # an outcome (ack/retry/fail/release) is under way
     lost: bool = False  # a heartbeat found the claim gone
+    cancelled: bool = False  # C1: its row was cancelled (``job_cancelled()`` reads it)
 
     @property
     def key(self) -> ClaimKey:

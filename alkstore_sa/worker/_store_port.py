@@ -31,7 +31,8 @@ from ..tasks._periodic import Fired, Periodic
 from ._async_runner import AsyncRunner
 from ._handlers import HandlerSpec, Scope
 from ._listener import listen, listen_asyncpg, listen_conninfo
-from ._port import ClaimKey, QueuePort
+from ._pool import HandlerPool
+from ._port import ClaimKey, QueuePort, Wake
 from ._state import QueueBinding
 from ._sync_runner import DB_CLOSE_WAIT, SyncLanes, SyncRunner
 from ._threads import RunLanes
@@ -94,6 +95,9 @@ class StorePort:
     async def heartbeat(self, claims: Sequence[ClaimKey]) -> list[int]:
         return await self.runner.run(self._queue.heartbeat_claims(list(claims)))
 
+    async def gone(self, job_ids: Sequence[int]) -> list[int]:
+        return await self.runner.run(self._queue.gone(list(job_ids)))
+
     async def retry(
         self, claim: ClaimKey, error: str | None, delay: float, traceback: str | None
     ) -> Retried | None:
@@ -151,8 +155,16 @@ class StoreBackend:
     (``alkstore_sa.testing``), not on threads.
     """
 
-    def __init__(self, handler_threads: int, db_threads: int, *, inline: bool = False) -> None:
+    def __init__(
+        self,
+        handler_threads: int,
+        db_threads: int,
+        *,
+        inline: bool = False,
+        pool: HandlerPool | None = None,
+    ) -> None:
         self._lanes = RunLanes(handler_threads, db_threads)
+        self._pool = pool  # X2: the worker's handler_executor, for its sync handlers
         self._sync = SyncLanes.inline() if inline else SyncLanes(self._lanes)
         self._runners: dict[Hashable, Runner] = {}  # one per engine: what it listens with
 
@@ -170,10 +182,10 @@ class StoreBackend:
         runner: Runner
         if isinstance(queue, Queue):
             store, core = queue_parts(queue)
-            runner = SyncRunner(store, self._sync)
+            runner = SyncRunner(store, self._sync, self._pool)
         else:
             astore, core = async_queue_parts(queue)
-            runner = AsyncRunner(astore, self._lanes)
+            runner = AsyncRunner(astore, self._lanes, self._pool)
         port = StorePort(runner, core, handler)
         self._runners.setdefault(port.listen_group, runner)
         return port, core
@@ -183,7 +195,7 @@ class StoreBackend:
         port: QueuePort,
         application_name: str,
         channels: Sequence[str],
-        wake: Callable[[str], None],
+        wake: Wake,
         on_listening: Callable[[bool], None],
     ) -> None:
         """psycopg's listener, or asyncpg's where the engine speaks asyncpg (D1)."""
@@ -196,3 +208,5 @@ class StoreBackend:
     def close(self) -> None:
         self._lanes.close(db_wait=DB_CLOSE_WAIT)
         self._sync.close()
+        if self._pool is not None:
+            self._pool.close()

@@ -23,6 +23,7 @@ from types import FrameType
 from .._extras.instrument import installed
 from ..tasks._periodic import Periodic
 from . import _shutdown
+from ._cancel import Cancels
 from ._completer import Completer
 from ._executor import Executor
 from ._heartbeats import Heartbeats
@@ -132,6 +133,8 @@ class Supervisor:
         completer = Completer(run)
         heartbeats = Heartbeats(run)
         executor = Executor(run, heartbeats, completer)
+        cancels = Cancels(run, completer.reports)  # C1: told by the listener, or heartbeats
+        heartbeats.on_gone = cancels.cancel
         throughput = Throughput(run)
         background = [
             loop.create_task(completer.run(), name="alkstore-completer"),
@@ -151,7 +154,7 @@ class Supervisor:
             background.append(loop.create_task(scheduler, name="alkstore-periodic"))
         listeners = [
             loop.create_task(listening, name="alkstore-listener")
-            for listening in self._listeners(run, backend)
+            for listening in self._listeners(run, backend, cancels)
         ]
         run.listeners = len(listeners)
         producers = [
@@ -210,8 +213,11 @@ class Supervisor:
             return error
         return None
 
-    def _listeners(self, run: RunState, backend: Backend) -> list[Coroutine[None, None, None]]:
-        """One listener per group of ports (per engine, normally exactly one)."""
+    def _listeners(
+        self, run: RunState, backend: Backend, cancels: Cancels
+    ) -> list[Coroutine[None, None, None]]:
+        """One listener per group of ports (per engine, normally exactly one), on
+        its queues' channels and their stores' control channels (C1)."""
         groups: dict[Hashable, list[QueueState]] = {}
         for qs in run.queues:
             groups.setdefault(qs.port.listen_group, []).append(qs)
@@ -219,11 +225,21 @@ class Supervisor:
         listeners = []
         for members in groups.values():
             by_channel = {qs.binding.core.address.channel: qs for qs in members}
+            controls: dict[str, list[QueueState]] = {}  # per store (schema): C1
+            for qs in members:
+                controls.setdefault(qs.binding.core.address.control_channel, []).append(qs)
 
-            def wake(channel: str, by_channel: dict[str, QueueState] = by_channel) -> None:
+            def wake(
+                channel: str,
+                payload: str = "",
+                by_channel: dict[str, QueueState] = by_channel,
+                controls: dict[str, list[QueueState]] = controls,
+            ) -> None:
                 qs = by_channel.get(channel)
                 if qs is not None:
                     qs.wake()
+                elif channel in controls:
+                    cancels.notified(payload, controls[channel])
 
             def listening(up: bool, members: list[QueueState] = members) -> None:
                 run.listening += 1 if up else -1
@@ -235,7 +251,9 @@ class Supervisor:
                         qs.wake()  # Q26: claim once LISTEN is established
 
             listeners.append(
-                backend.listen(members[0].port, application_name, list(by_channel), wake, listening)
+                backend.listen(
+                    members[0].port, application_name, [*by_channel, *controls], wake, listening
+                )
             )
         return listeners
 

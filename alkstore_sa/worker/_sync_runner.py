@@ -33,6 +33,7 @@ from .._db.sockets import shutdown_socket
 from .._values.job import Job
 from ..store import Store, run_call
 from ._handlers import HandlerSpec, Scope, returned_awaitable, scoped
+from ._pool import HandlerPool
 from ._threads import Lane, RunLanes
 
 __all__ = ["DB_CLOSE_WAIT", "SyncLanes", "SyncRunner", "session_ack"]
@@ -207,9 +208,10 @@ class SyncLanes:
 class SyncRunner:
     """The runner of a ``StorePort`` over a sync ``Store``."""
 
-    def __init__(self, store: Store, lanes: SyncLanes) -> None:
+    def __init__(self, store: Store, lanes: SyncLanes, pool: HandlerPool | None = None) -> None:
         self._store = store
         self._lanes = lanes
+        self._pool = pool  # X2: handlers run in the worker's handler_executor
         self._hold_acks = pool_capacity(store.engine) >= HOLD_ACKS_MIN_POOL
 
     @property
@@ -237,11 +239,14 @@ class SyncRunner:
         return await self.run(call)
 
     def start(self, spec: HandlerSpec, core: QueueCore, job: Job, scope: Scope) -> Started:
-        if spec.wants_session:
-            return self._lanes.handlers.submit(
+        handlers: _Submit = self._lanes.handlers if self._pool is None else self._pool
+        if spec.wants_session:  # never with a process pool (refused when it was built)
+            return handlers.submit(
                 scoped(functools.partial(_session_call, self._store, spec, core, job), scope)
             )
-        return self._lanes.handlers.submit(scoped(functools.partial(spec.fn, job), scope))
+        if self._pool is not None:
+            return self._pool.run(spec.fn, job, scope)
+        return handlers.submit(scoped(functools.partial(spec.fn, job), scope))
 
     def follow(self, spec: HandlerSpec, result: Awaitable[object]) -> Started:
         # No loop of the handler's own to run it on: a failed attempt, retried.

@@ -13,6 +13,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Executor
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -22,14 +23,22 @@ from ..aio import AsyncQueue, AsyncStore
 from ..store import Queue, Store, queue_parts, run_call
 from ..tasks import Tasks
 from ..tasks._dispatch import handlers_for
-from ..tasks._periodic import Periodic
+from ..tasks._periodic import Periodic, checked_schedules
 from ._handlers import HandlerSpec, inspect_handler
+from ._pool import handler_pool
 from ._registry import Registry
 from ._state import Settings, WorkerHealth
 from ._store_port import StoreBackend
 from ._supervisor import Supervisor
 
-__all__ = ["AsyncWorker", "Worker", "check_schema", "handled", "override_concurrency"]
+__all__ = [
+    "AsyncWorker",
+    "Worker",
+    "check_schema",
+    "handled",
+    "override_concurrency",
+    "override_handler_executor",
+]
 
 DEFAULT_CONCURRENCY = 8
 DEFAULT_POLL_INTERVAL = 1.0
@@ -100,29 +109,6 @@ def _handlers(
         check(spec, queue.name)
         inspected.append((queue, spec))
     return inspected
-
-
-def _schedules(periodic: object, what: str, is_async: bool) -> list[Periodic]:
-    """P1: the schedules a worker fires, checked: ``Periodic``s of its kind, names unique."""
-    if periodic is None:
-        return []
-    if isinstance(periodic, Periodic) or not isinstance(periodic, Iterable):
-        raise TypeError(f"{what}: periodic takes a list of Periodic")
-    schedules = list(periodic)
-    names: set[str] = set()
-    for schedule in schedules:
-        if not isinstance(schedule, Periodic):
-            raise TypeError(f"{what}: periodic takes Periodic items, got {type(schedule).__name__}")
-        if schedule.is_async != is_async:
-            store = "an AsyncStore" if schedule.is_async else "a Store"
-            raise TypeError(
-                f"{what}: periodic {schedule.name!r} enqueues through {store}; "
-                f"give it to {'AsyncWorker' if schedule.is_async else 'Worker'}"
-            )
-        if schedule.name in names:
-            raise ValueError(f"{what}: periodic {schedule.name!r} appears twice")
-        names.add(schedule.name)
-    return schedules
 
 
 class _Base:
@@ -209,6 +195,9 @@ class Worker(_Base):
     tasks by name.  ``periodic``: the ``Periodic`` schedules this worker
     fires (P1).  ``max_batch_payload_bytes`` (None = no bound): no claim
     brings back more payload bytes than that, beyond its first job.
+    ``handler_executor`` (X2): a ``concurrent.futures.Executor`` the sync
+    handlers run in instead of the worker's threads -- a ``ProcessPoolExecutor``
+    for CPU-bound ones; heartbeats and acks stay in the worker.
     """
 
     def __init__(
@@ -225,6 +214,7 @@ class Worker(_Base):
         handle_signals: bool = True,
         periodic: Iterable[Periodic] | None = None,
         max_batch_payload_bytes: int | None = None,
+        handler_executor: Executor | None = None,
     ) -> None:
 
         def sync_only(spec: HandlerSpec, name: str) -> None:
@@ -235,7 +225,8 @@ class Worker(_Base):
                 )
 
         self._queues = _handlers(handlers, Queue, "Worker", sync_only)
-        self._periodic = _schedules(periodic, "Worker", is_async=False)
+        self._pool = handler_pool(handler_executor, [(q.name, h) for q, h in self._queues])
+        self._periodic = checked_schedules(periodic, "Worker", is_async=False)
         super().__init__(
             _settings(
                 worker_id,
@@ -264,14 +255,15 @@ class Worker(_Base):
         # own) so a full handler pool never delays a heartbeat; small, because
         # each call holds one of the engine's pooled connections while it runs.
         db_threads = min(16, 2 + 2 * len(self._queues))
-        asyncio.run(self._run_on(StoreBackend(threads, db_threads)))
+        asyncio.run(self._run_on(StoreBackend(threads, db_threads, pool=self._pool)))
 
 
 class AsyncWorker(_Base):
     """The asyncio twin of ``Worker``: ``await worker.run()``, ``worker.stop()``.
 
     Handlers are ``async def`` taking ``(job)`` or ``(job, AsyncSession)``;
-    plain sync ``(job)`` handlers are accepted too and run in threads.
+    plain sync ``(job)`` handlers are accepted too and run in threads (or
+    in ``handler_executor``, X2).
     """
 
     def __init__(
@@ -288,6 +280,7 @@ class AsyncWorker(_Base):
         handle_signals: bool = True,
         periodic: Iterable[Periodic] | None = None,
         max_batch_payload_bytes: int | None = None,
+        handler_executor: Executor | None = None,
     ) -> None:
 
         def session_needs_async(spec: HandlerSpec, name: str) -> None:
@@ -301,7 +294,8 @@ class AsyncWorker(_Base):
                 )
 
         self._queues = _handlers(handlers, AsyncQueue, "AsyncWorker", session_needs_async)
-        self._periodic = _schedules(periodic, "AsyncWorker", is_async=True)
+        self._pool = handler_pool(handler_executor, [(q.name, h) for q, h in self._queues])
+        self._periodic = checked_schedules(periodic, "AsyncWorker", is_async=True)
         super().__init__(
             _settings(
                 worker_id,
@@ -325,7 +319,9 @@ class AsyncWorker(_Base):
         """Run jobs until ``stop()`` or SIGTERM/SIGINT; then return."""
         self._claim_run()
         sync_queues = sum(1 for _, spec in self._queues if not spec.is_async)
-        await self._run_on(StoreBackend(self._settings.concurrency * sync_queues, 1))
+        await self._run_on(
+            StoreBackend(self._settings.concurrency * sync_queues, 1, pool=self._pool)
+        )
 
 
 def handled(worker: Worker | AsyncWorker) -> list[tuple[Any, HandlerSpec]]:
@@ -339,6 +335,12 @@ def override_concurrency(worker: Worker | AsyncWorker, concurrency: int) -> None
     Only before ``run()``: ``RuntimeError`` once it ran.
     """
     worker._override_concurrency(concurrency)
+
+
+def override_handler_executor(worker: Worker | AsyncWorker, executor: Executor) -> None:
+    """For ``alkstore worker --handler-processes N`` (X2): run a built worker's sync
+    handlers in ``executor``, shut down when its run ends (checks as the constructor's)."""
+    worker._pool = handler_pool(executor, [(q.name, h) for q, h in worker._queues], owned=True)
 
 
 def check_schema(store: Store) -> None:

@@ -49,6 +49,8 @@ CONTRACT_NAMES = {
     # X1: N worker processes under one supervisor, and its start failure.
     "run_processes",
     "WorkerStartError",
+    # C1: a sync handler asks whether its job was cancelled.
+    "job_cancelled",
 }
 
 

@@ -54,6 +54,7 @@ PARAMS: dict[str, Any] = {
     "p_older_than": None,
     "p_error_type": None,
     "p_done_channel": "alkstore.render.done",
+    "p_control_channel": "alkstore.render.control",
     "p_result": None,
     "p_keep_completed": None,
     "p_timeout": "5s",

@@ -8,7 +8,7 @@ import logging
 from typing import Any
 
 import pytest
-from sqlalchemy import URL
+from sqlalchemy import URL, text
 
 from alkstore_sa import FailJob, Job, QueueOpts, RetryJob, Store
 
@@ -168,7 +168,13 @@ def test_b1_a_lost_claim_is_one_warning(
     finished: list[int] = []
 
     def cancel_myself(job: Job) -> None:
-        store.queue(QUEUE).cancel(job.id)  # the row goes: the ack will find no claim
+        # Claimed again elsewhere (a lapse and a reclaim): the ack finds no claim.
+        # (A cancel would be C1's outcome `cancelled`, not a lost claim.)
+        with store.engine.begin() as conn:
+            conn.execute(
+                text("UPDATE alkstore.jobs SET attempts = attempts + 1 WHERE id = :id"),
+                {"id": job.id},
+            )
         finished.append(job.id)
 
     caplog.set_level(logging.DEBUG, logger="alkstore_sa.worker")

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy import URL, create_engine
+from sqlalchemy import URL, create_engine, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from alkstore_sa import AsyncStore, AsyncWorker, Job, QueueOpts, Store, Worker
@@ -249,17 +249,26 @@ def test_q27_shutdown_timeout_bounds_a_handler_whose_claim_was_lost(
     q = store.queue("lost_then_stop", opts)
     job_id = q.enqueue(b"")
     release = threading.Event()
+
+    def lose(job: Job) -> None:
+        # Claimed again elsewhere while it runs (a cancel would stop it: C1).
+        with store.engine.begin() as conn:
+            conn.execute(
+                text("UPDATE alkstore.jobs SET attempts = attempts + 1 WHERE id = :id"),
+                {"id": job.id},
+            )
+
     if kind == "sync":
 
         def hang(job: Job) -> None:
-            q.cancel(job.id)  # the job is cancelled while it runs
+            lose(job)
             release.wait(10)
 
         fn: Any = hang
     else:
 
         async def ahang(job: Job) -> None:
-            q.cancel(job.id)
+            lose(job)
             await asyncio.sleep(10)
 
         fn = ahang

@@ -208,7 +208,7 @@ def test_q27_a_claim_found_gone_by_a_heartbeat_is_not_acked(
         loop = asyncio.get_running_loop()
         db = FakeDB(loop)
         job_id = db.enqueue(visibility_timeout=3.0, notify=False)
-        loop.call_at(0.5, db.cancel, job_id)  # removed by someone else while it runs
+        loop.call_at(0.5, db.reclaim, job_id)  # claimed by someone else while it runs
         sup = Supervisor(settings())
         await run_for(sup, [bind(db, sleeper(2.0))], FakeBackend(listen_after=0.0), stop_at=3.0)
         assert db.times("heartbeat") == [1.0]  # found gone, never beaten again

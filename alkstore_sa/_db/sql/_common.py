@@ -253,6 +253,25 @@ def notify_done(rows: CTE) -> CTE:
     )
 
 
+def notify_cancelled(rows: CTE) -> CTE:
+    """C1: one ``pg_notify`` on ``:control_channel`` naming the claimed rows of
+    ``rows`` (``cancel:<id>,<id>...``), none when no claimed row went.  Sent at
+    the commit of the statement's transaction, like every NOTIFY."""
+    ids = func.string_agg(rows.c.id.cast(Text), literal(",", type_=Text))
+    return (
+        select(
+            func.pg_notify(
+                bindparam("p_control_channel", type_=Text),
+                literal("cancel:", type_=Text) + ids,
+            ).label("told")
+        )
+        .select_from(rows)
+        .where(rows.c.status == "processing")
+        .having(func.count() > literal(0, type_=Integer))
+        .cte("told_worker")
+    )
+
+
 def live_row_columns() -> list[ColumnElement[Any]]:
     """A live row as callers read it: ``LIVE`` then NULL ``died_at``, ``result``,
     ``finished_at`` (``Job.from_live``'s three extras, ``ROW_EXTRAS``)."""

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
+    any_,
     bindparam,
     delete,
     func,
@@ -28,7 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.dml import ReturningDelete, ReturningUpdate
 
-from ...schema import jobs
+from ...schema import completed_jobs, dead_jobs, jobs
 from ._common import (
     MAX_ATTEMPTS_ERROR,
     NOW,
@@ -36,6 +37,7 @@ from ._common import (
     error_or,
     extend_claim,
     id_among,
+    job_ids_param,
     keep_completed,
     move_to_dead,
     notify_done,
@@ -241,6 +243,21 @@ def heartbeat_held() -> ReturningUpdate[tuple[int]]:
         .values(extend_claim(NOW + jobs.c.visibility_timeout))
         .returning(jobs.c.id)
     )
+
+
+@cache
+def still_there() -> Select[tuple[int]]:
+    """C1's fallback: which of ``:job_ids`` still have a row, live, dead or kept.
+
+    A held claim a heartbeat no longer extends whose job has none was
+    cancelled (or acked elsewhere after a lapse): its handler is stopped.
+    """
+    rows = (
+        select(jobs.c.id)
+        .union_all(select(dead_jobs.c.id), select(completed_jobs.c.id))
+        .subquery("rows")
+    )
+    return select(rows.c.id).where(rows.c.id == any_(job_ids_param()))
 
 
 @cache

@@ -34,6 +34,7 @@ from ._common import (
     keep_completed,
     live_row_columns,
     move_to_dead,
+    notify_cancelled,
     notify_done,
     queue_param,
 )
@@ -92,16 +93,23 @@ def purge_completed() -> ReturningDelete[tuple[int]]:
 
 
 @cache
-def cancel() -> ReturningDelete[tuple[int]]:
-    """Q23: delete a live row of this queue, whatever its state."""
-    return (
+def cancel() -> Select[tuple[int]]:
+    """Q23: delete a live row of this queue, whatever its state.
+
+    C1: a claimed (processing) row is named on ``:control_channel`` too, so
+    the worker running it stops it (``notify_cancelled``).
+    """
+    gone = (
         delete(jobs)
         .where(
             jobs.c.id == bindparam("p_job_id", type_=BigInteger),
             jobs.c.queue == queue_param(),
         )
-        .returning(jobs.c.id)
+        .returning(jobs.c.id, jobs.c.status)
+        .cte("cancelled")
     )
+    told = notify_cancelled(gone)
+    return select(gone.c.id).select_from(gone.outerjoin(told, true()))
 
 
 @cache

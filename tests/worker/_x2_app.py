@@ -1,0 +1,66 @@
+"""Handlers the X2 tests run in a process pool (pickled by name, so module-level).
+
+Each appends one line per run to the file named in its payload (JSON), so
+the test counts runs across processes; ``hold`` computes in one C call
+(``sum`` over a ``range``), which keeps the GIL for its whole length -- not
+even the interpreter's 5 ms switch interval lets another thread of its
+process in, as a pure-Python loop would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from sqlalchemy import create_engine
+
+from alkstore_sa import FailJob, Job, SnoozeJob, Store, Worker
+
+
+def payload(path: str, **more: Any) -> bytes:
+    return json.dumps({"path": path, **more}).encode()
+
+
+def _ran(job: Job) -> dict[str, Any]:
+    args: dict[str, Any] = json.loads(job.payload)
+    with open(args["path"], "a") as f:
+        f.write(f"{job.attempts} {job.id} {os.getpid()}\n")
+    return args
+
+
+def hold(job: Job) -> None:
+    """Hold the GIL for about ``seconds``: a sum measured first, then one long one."""
+    seconds = _ran(job)["seconds"]
+    n = 2_000_000
+    began = time.perf_counter()
+    sum(range(n))
+    per_second = n / max(time.perf_counter() - began, 1e-6)
+    sum(range(int(per_second * seconds)))
+
+
+def die_once(job: Job) -> None:
+    """Kill its own process on the first attempt (a child dying mid-job)."""
+    _ran(job)
+    if job.attempts == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def outcomes(job: Job) -> bytes | None:
+    """Return or raise what the payload's ``do`` says: the outcome crosses back pickled."""
+    do = _ran(job)["do"]
+    if do == "fail":
+        raise FailJob("refused in the child")
+    if do == "snooze":
+        raise SnoozeJob(3600)
+    if do == "boom":
+        raise ValueError("boom in the child")
+    return f"done in {os.getpid()}".encode()
+
+
+def make_worker() -> Worker:
+    """The CLI's target (``--handler-processes``)."""
+    store = Store(create_engine(os.environ["ALKSTORE_DATABASE_URL"]))
+    return Worker({store.queue("x2cli"): outcomes})
