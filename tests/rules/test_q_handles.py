@@ -243,8 +243,10 @@ def _claim_at_attempt(q: Any, engine: Engine, n: int, k: int) -> list[Any]:
 
 
 def test_q17_retry_delay_is_drawn_from_floor_half_d_to_floor_d(qs: Any, engine: Engine) -> None:
-    q = qs.queue("q17", QueueOpts(retry_base=2, max_attempts=100))
     for k, low, high in [(1, 1, 2), (2, 2, 4), (3, 4, 8)]:  # d = 2 * 2**(k-1)
+        # A queue per k: the jobs retried for k - 1 come due again after 1-8 s,
+        # and a slow machine would claim them here.
+        q = qs.queue(f"q17-{k}", QueueOpts(retry_base=2, max_attempts=100))
         handles = _claim_at_attempt(q, engine, 24, k)
         delays = [math.floor(d) for d in _delays(q, engine, handles, error="e")]
         assert all(low <= d <= high for d in delays), (k, delays)
