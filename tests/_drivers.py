@@ -1,7 +1,9 @@
 """Which drivers the async face is tested on (D1), like River's one driver suite per driver.
 
 ``ALKSTORE_TEST_DRIVERS`` is a comma-separated list of ``psycopg`` and
-``asyncpg`` (default ``psycopg``).  Each listed driver is one parametrization
+``asyncpg`` (default ``psycopg``), or ``none`` for the sync face alone (CI's
+PostgreSQL-version leg: both faces send the same statements, so the server
+sees nothing new from the async one).  Each listed driver is one parametrization
 of the async face: the ``qs`` fixture's ``async`` (psycopg) and ``asyncpg``
 legs, and the worker tests' ``kind`` (``tests/_workers.py``).  The sync face
 always runs on psycopg, the only driver a sync ``Store`` takes.
@@ -24,6 +26,8 @@ KNOWN = ("psycopg", "asyncpg")
 
 def selected() -> tuple[str, ...]:
     raw = os.environ.get(ENV_VAR, "").strip() or "psycopg"
+    if raw == "none":
+        return ()
     drivers = tuple(d.strip() for d in raw.split(",") if d.strip())
     unknown = [d for d in drivers if d not in KNOWN]
     if unknown:
