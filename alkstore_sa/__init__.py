@@ -30,6 +30,7 @@ if _typing.TYPE_CHECKING:
     from .store import JobHandle, Queue, Store
     from .tasks import AsyncTask, Periodic, Task, Tasks
     from .worker import AsyncWorker, Worker, WorkerHealth, run_processes
+    from .workflow import Step, Workflow, WorkflowRun, WorkflowStatus
 
 # Where each public name lives, relative to this package.
 _HOMES = {
@@ -56,6 +57,7 @@ _HOMES = {
     **dict.fromkeys(["JobHandle", "Queue", "Store"], ".store"),
     **dict.fromkeys(["AsyncTask", "Periodic", "Task", "Tasks"], ".tasks"),
     **dict.fromkeys(["AsyncWorker", "Worker", "WorkerHealth", "run_processes"], ".worker"),
+    **dict.fromkeys(["Step", "Workflow", "WorkflowRun", "WorkflowStatus"], ".workflow"),
 }
 
 __all__ = [
@@ -80,6 +82,7 @@ __all__ = [
     "RetryJob",
     "SchemaMissingError",
     "SnoozeJob",
+    "Step",
     "Store",
     "StoreClosedError",
     "SweepResult",
@@ -89,6 +92,9 @@ __all__ = [
     "WorkerHealth",
     "WorkerInfo",
     "WorkerStartError",
+    "Workflow",
+    "WorkflowRun",
+    "WorkflowStatus",
     "migrate",
     "run_processes",
 ]

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Column,
     Computed,
     DateTime,
+    ForeignKey,
     Identity,
     Index,
     Integer,
@@ -44,6 +45,9 @@ __all__ = [
     "periodic",
     "throughput",
     "workers",
+    "workflow_edges",
+    "workflow_steps",
+    "workflows",
 ]
 
 
@@ -129,6 +133,9 @@ jobs = Table(
     # R1: how long the job is kept once acked (the stamp, resolved at
     # enqueue); NULL (the default) deletes it at its ack, as Q16 says.
     Column("keep_completed", Interval),
+    # G1: the workflow this job is a step of (migration 0013); NULL for every
+    # other job.  The workflow triggers fire only for rows where it is set.
+    Column("workflow_id", BigInteger),
     CheckConstraint("status IN ('pending', 'processing')", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
@@ -236,6 +243,8 @@ dead_jobs = Table(
     Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
     # Added by 0011: the job's R1 stamp, kept so a requeue restores it.
     Column("keep_completed", Interval),
+    # Added by 0013: the workflow of a step (G2), kept so a requeue restores it.
+    Column("workflow_id", BigInteger),
 )
 
 # R1: acked jobs stamped with keep_completed, moved here by the ack's own
@@ -265,6 +274,8 @@ completed_jobs = Table(
     Column("result", LargeBinary),
     Column("finished_at", _TZ, nullable=False),
     Column("keep_until", _TZ, nullable=False),
+    # Added by 0013: the workflow of a kept step (G1).
+    Column("workflow_id", BigInteger),
     # The sweep deletes by (queue, keep_until); listings go by id.
     Index("completed_jobs_queue_keep_until_ix", "queue", "keep_until"),
     Index("completed_jobs_queue_id_ix", "queue", "id"),
@@ -321,4 +332,82 @@ workers = Table(
     Column("version", Text, nullable=False),
     Column("started_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
     Column("last_seen", _TZ, nullable=False, server_default=text("statement_timestamp()")),
+)
+
+# G1-G3 (migration 0013): a workflow, its steps and the edges between them.
+# A step waits here, outside ``jobs``, until every step it comes after has
+# been acked: no claim ever reads a waiting step.  Triggers on ``jobs``
+# (fired only for rows whose workflow_id is set) keep ``state`` and promote
+# a step into ``jobs`` in the transaction of its last upstream's ack
+# (docs/design.md "Workflows").
+workflows = Table(
+    "workflows",
+    metadata,
+    Column("id", BigInteger, Identity(), primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("created_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
+)
+
+# One row per step, for the workflow's life.  ``state``: waiting (some
+# upstream not acked; the would-be job row is held here), live (its row is
+# in jobs), completed (acked), dead (in dead_jobs, or purged from there),
+# cancelled.  ``remaining``: how many upstreams of a waiting step are not
+# acked yet -- a counter, so that concurrent acks of a fan-in's upstreams
+# serialize on this row and exactly one of them sees it reach 0.  The job
+# columns are the would-be row (NULL payload once the step left waiting).
+workflow_steps = Table(
+    "workflow_steps",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=False),
+    Column(
+        "workflow_id",
+        BigInteger,
+        ForeignKey("workflows.id", ondelete="CASCADE", name="workflow_steps_workflow_id_fkey"),
+        nullable=False,
+    ),
+    Column("queue", Text, nullable=False),
+    # The queue's wake channel, computed by the client at defer: a promotion
+    # wakes the step's queue as an enqueue would (V5).
+    Column("channel", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("remaining", Integer, nullable=False),
+    Column("payload", LargeBinary),
+    Column("priority", Integer, nullable=False),
+    Column("run_at", _TZ, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("max_attempts", Integer, nullable=False),
+    Column("visibility_timeout", Interval, nullable=False),
+    Column("expires_at", _TZ),
+    Column("created_at", _TZ, nullable=False),
+    Column("last_error", Text),
+    Column("errors", JSONB),
+    Column("trace_context", JSONB),
+    Column("unique_key", Text),
+    Column("keep_completed", Interval),
+    CheckConstraint("state IN ('waiting', 'live', 'completed', 'dead', 'cancelled')", name="state"),
+    CheckConstraint("remaining >= 0", name="remaining"),
+    # G3's status and the dashboard read a workflow's steps.
+    Index("workflow_steps_workflow_id_ix", "workflow_id"),
+    # The sweep finds the workflows of its queue (G3).
+    Index("workflow_steps_queue_workflow_id_ix", "queue", "workflow_id"),
+)
+
+# The edges: ``step`` comes after ``upstream``.  Keyed by upstream first
+# (an ack finds its downstream steps); the second index serves waiting_on.
+workflow_edges = Table(
+    "workflow_edges",
+    metadata,
+    Column(
+        "upstream",
+        BigInteger,
+        ForeignKey("workflow_steps.id", ondelete="CASCADE", name="workflow_edges_upstream_fkey"),
+        primary_key=True,
+    ),
+    Column(
+        "step",
+        BigInteger,
+        ForeignKey("workflow_steps.id", ondelete="CASCADE", name="workflow_edges_step_fkey"),
+        primary_key=True,
+    ),
+    Index("workflow_edges_step_ix", "step"),
 )

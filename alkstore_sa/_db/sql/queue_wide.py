@@ -20,12 +20,14 @@ from sqlalchemy import (
     delete,
     literal,
     null,
+    or_,
     select,
     true,
+    update,
 )
 from sqlalchemy.sql.dml import ReturningDelete
 
-from ...schema import completed_jobs, dead_jobs, jobs, metadata
+from ...schema import completed_jobs, dead_jobs, jobs, metadata, workflow_steps
 from ._common import (
     NOW,
     completed_row_columns,
@@ -92,16 +94,38 @@ def purge_completed() -> ReturningDelete[tuple[int]]:
 
 
 @cache
-def cancel() -> ReturningDelete[tuple[int]]:
-    """Q23: delete a live row of this queue, whatever its state."""
-    return (
-        delete(jobs)
+def cancel() -> CompoundSelect[tuple[int]]:
+    """Q23: delete a live row of this queue, whatever its state; G2: a step too.
+
+    A workflow step (waiting, or live) is marked cancelled in the same
+    statement; a trigger on that mark cancels its waiting downstream steps
+    (migration 0013), and the row's delete trigger then finds it cancelled,
+    not acked.  For a job of no workflow the mark is one primary-key probe
+    that finds nothing.  One row per cancelled id (a live step: twice).
+    """
+    job_id = bindparam("p_job_id", type_=BigInteger)
+    marked = (
+        update(workflow_steps)
         .where(
-            jobs.c.id == bindparam("p_job_id", type_=BigInteger),
-            jobs.c.queue == queue_param(),
+            workflow_steps.c.id == job_id,
+            workflow_steps.c.queue == queue_param(),
+            or_(*(workflow_steps.c.state == state for state in _CANCELLABLE)),
         )
-        .returning(jobs.c.id)
+        .values(state="cancelled", payload=None)
+        .returning(workflow_steps.c.id)
+        .cte("marked")
     )
+    deleted = (
+        delete(jobs)
+        .where(jobs.c.id == job_id, jobs.c.queue == queue_param())
+        .returning(jobs.c.id)
+        .cte("deleted")
+    )
+    return select(deleted.c.id).union_all(select(marked.c.id))
+
+
+# The states of a step a cancel still changes (bound, never pasted).
+_CANCELLABLE = ("waiting", "live")
 
 
 @cache
