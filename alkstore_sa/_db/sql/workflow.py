@@ -280,7 +280,7 @@ def waiting_job() -> Select[Any]:
         "worker_id": null().cast(Text),
         "claim_deadline": null().cast(DateTime(timezone=True)),
     }
-    columns = [shown.get(name, steps.c[name]) for name in LIVE_COLUMNS]
+    columns = [shown[name] if name in shown else steps.c[name] for name in LIVE_COLUMNS]
     return select(
         *columns,
         null().cast(DateTime(timezone=True)),
