@@ -20,7 +20,6 @@ from sqlalchemy import (
     Column,
     Computed,
     DateTime,
-    ForeignKey,
     Identity,
     Index,
     Integer,
@@ -359,12 +358,7 @@ workflow_steps = Table(
     "workflow_steps",
     metadata,
     Column("id", BigInteger, primary_key=True, autoincrement=False),
-    Column(
-        "workflow_id",
-        BigInteger,
-        ForeignKey("workflows.id", ondelete="CASCADE", name="workflow_steps_workflow_id_fkey"),
-        nullable=False,
-    ),
+    Column("workflow_id", BigInteger, nullable=False),
     Column("queue", Text, nullable=False),
     # The queue's wake channel, computed by the client at defer: a promotion
     # wakes the step's queue as an enqueue would (V5).
@@ -392,22 +386,14 @@ workflow_steps = Table(
     Index("workflow_steps_queue_workflow_id_ix", "queue", "workflow_id"),
 )
 
+# No foreign keys: only defer writes steps and edges (one transaction) and
+# only the sweep deletes them (with their workflow, one statement).
 # The edges: ``step`` comes after ``upstream``.  Keyed by upstream first
 # (an ack finds its downstream steps); the second index serves waiting_on.
 workflow_edges = Table(
     "workflow_edges",
     metadata,
-    Column(
-        "upstream",
-        BigInteger,
-        ForeignKey("workflow_steps.id", ondelete="CASCADE", name="workflow_edges_upstream_fkey"),
-        primary_key=True,
-    ),
-    Column(
-        "step",
-        BigInteger,
-        ForeignKey("workflow_steps.id", ondelete="CASCADE", name="workflow_edges_step_fkey"),
-        primary_key=True,
-    ),
+    Column("upstream", BigInteger, primary_key=True),
+    Column("step", BigInteger, primary_key=True),
     Index("workflow_edges_step_ix", "step"),
 )

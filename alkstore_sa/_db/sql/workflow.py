@@ -34,7 +34,6 @@ from sqlalchemy import (
     select,
     true,
 )
-from sqlalchemy.sql.dml import ReturningDelete
 
 from ..._values.job import LIVE_COLUMNS
 from ...schema import (
@@ -359,10 +358,10 @@ def workflow_edges_of() -> Select[Any]:
 
 
 @cache
-def sweep_finished() -> ReturningDelete[tuple[int]]:
+def sweep_finished() -> Select[tuple[int]]:
     """G3: delete the finished workflows with a step on ``:queue`` none of whose
-    steps has a row left (live, kept completed, dead); steps and edges go
-    with them (ON DELETE CASCADE)."""
+    steps has a row left (live, kept completed, dead), their steps and edges
+    with them, in one statement.  Returns the deleted workflows' ids."""
     mine = select(steps.c.workflow_id).where(steps.c.queue == queue_param()).distinct()
     other = steps.alias("other")
     remains = (
@@ -378,4 +377,22 @@ def sweep_finished() -> ReturningDelete[tuple[int]]:
         )
         .exists()
     )
-    return delete(workflows).where(workflows.c.id.in_(mine), ~remains).returning(workflows.c.id)
+    gone = (
+        delete(workflows)
+        .where(workflows.c.id.in_(mine), ~remains)
+        .returning(workflows.c.id)
+        .cte("gone")
+    )
+    gone_steps = (
+        delete(steps)
+        .where(steps.c.workflow_id.in_(select(gone.c.id)))
+        .returning(steps.c.id)
+        .cte("gone_steps")
+    )
+    gone_edges = (
+        delete(edges)
+        .where(edges.c.step.in_(select(gone_steps.c.id)))
+        .returning(edges.c.step)
+        .cte("gone_edges")
+    )
+    return select(gone.c.id).add_cte(gone_steps, gone_edges)

@@ -236,15 +236,9 @@ def upgrade() -> None:
         sa.Column("keep_completed", sa.Interval()),
         sa.CheckConstraint(
             "state IN ('waiting', 'live', 'completed', 'dead', 'cancelled')",
-            name="workflow_steps_state_ck",
+            name="state",
         ),
-        sa.CheckConstraint("remaining >= 0", name="workflow_steps_remaining_ck"),
-        sa.ForeignKeyConstraint(
-            ["workflow_id"],
-            [f"{schema}.workflows.id"],
-            name="workflow_steps_workflow_id_fkey",
-            ondelete="CASCADE",
-        ),
+        sa.CheckConstraint("remaining >= 0", name="remaining"),
         sa.PrimaryKeyConstraint("id", name="workflow_steps_pkey"),
         schema=schema,
     )
@@ -261,18 +255,6 @@ def upgrade() -> None:
         "workflow_edges",
         sa.Column("upstream", sa.BigInteger(), nullable=False),
         sa.Column("step", sa.BigInteger(), nullable=False),
-        sa.ForeignKeyConstraint(
-            ["upstream"],
-            [f"{schema}.workflow_steps.id"],
-            name="workflow_edges_upstream_fkey",
-            ondelete="CASCADE",
-        ),
-        sa.ForeignKeyConstraint(
-            ["step"],
-            [f"{schema}.workflow_steps.id"],
-            name="workflow_edges_step_fkey",
-            ondelete="CASCADE",
-        ),
         sa.PrimaryKeyConstraint("upstream", "step", name="workflow_edges_pkey"),
         schema=schema,
     )
