@@ -32,6 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from . import _workflow_tables
 from ._values.validate import DEFAULT_SCHEMA
 
 __all__ = [
@@ -333,67 +334,6 @@ workers = Table(
     Column("last_seen", _TZ, nullable=False, server_default=text("statement_timestamp()")),
 )
 
-# G1-G3 (migration 0013): a workflow, its steps and the edges between them.
-# A step waits here, outside ``jobs``, until every step it comes after has
-# been acked: no claim ever reads a waiting step.  Triggers on ``jobs``
-# (fired only for rows whose workflow_id is set) keep ``state`` and promote
-# a step into ``jobs`` in the transaction of its last upstream's ack
-# (docs/design.md "Workflows").
-workflows = Table(
-    "workflows",
-    metadata,
-    Column("id", BigInteger, Identity(), primary_key=True),
-    Column("name", Text, nullable=False),
-    Column("created_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
-)
-
-# One row per step, for the workflow's life.  ``state``: waiting (some
-# upstream not acked; the would-be job row is held here), live (its row is
-# in jobs), completed (acked), dead (in dead_jobs, or purged from there),
-# cancelled.  ``remaining``: how many upstreams of a waiting step are not
-# acked yet -- a counter, so that concurrent acks of a fan-in's upstreams
-# serialize on this row and exactly one of them sees it reach 0.  The job
-# columns are the would-be row (NULL payload once the step left waiting).
-workflow_steps = Table(
-    "workflow_steps",
-    metadata,
-    Column("id", BigInteger, primary_key=True, autoincrement=False),
-    Column("workflow_id", BigInteger, nullable=False),
-    Column("queue", Text, nullable=False),
-    # The queue's wake channel, computed by the client at defer: a promotion
-    # wakes the step's queue as an enqueue would (V5).
-    Column("channel", Text, nullable=False),
-    Column("state", Text, nullable=False),
-    Column("remaining", Integer, nullable=False),
-    Column("payload", LargeBinary),
-    Column("priority", Integer, nullable=False),
-    Column("run_at", _TZ, nullable=False),
-    Column("attempts", Integer, nullable=False, server_default=text("0")),
-    Column("max_attempts", Integer, nullable=False),
-    Column("visibility_timeout", Interval, nullable=False),
-    Column("expires_at", _TZ),
-    Column("created_at", _TZ, nullable=False),
-    Column("last_error", Text),
-    Column("errors", JSONB),
-    Column("trace_context", JSONB),
-    Column("unique_key", Text),
-    Column("keep_completed", Interval),
-    CheckConstraint("state IN ('waiting', 'live', 'completed', 'dead', 'cancelled')", name="state"),
-    CheckConstraint("remaining >= 0", name="remaining"),
-    # G3's status and the dashboard read a workflow's steps.
-    Index("workflow_steps_workflow_id_ix", "workflow_id"),
-    # The sweep finds the workflows of its queue (G3).
-    Index("workflow_steps_queue_workflow_id_ix", "queue", "workflow_id"),
-)
-
-# No foreign keys: only defer writes steps and edges (one transaction) and
-# only the sweep deletes them (with their workflow, one statement).
-# The edges: ``step`` comes after ``upstream``.  Keyed by upstream first
-# (an ack finds its downstream steps); the second index serves waiting_on.
-workflow_edges = Table(
-    "workflow_edges",
-    metadata,
-    Column("upstream", BigInteger, primary_key=True),
-    Column("step", BigInteger, primary_key=True),
-    Index("workflow_edges_step_ix", "step"),
-)
+# G1-G3 (migration 0013): a workflow, its steps and the edges between them,
+# drawn in ``_workflow_tables`` (on this MetaData; ``jobs`` lends its types).
+workflows, workflow_steps, workflow_edges = _workflow_tables.define(metadata, jobs, _TZ)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection, Update
 
-from .._values.job import Job, SweepResult, decode_claimed, shown_row
+from .._values.job import Job, SweepResult, decode_claimed
 from . import workflow as _workflow
 from .execute import fetch
 from .park import PARK_LIMIT, Parker
@@ -204,10 +204,8 @@ def get_job(conn: Connection, *, address: QueueAddress, job_id: int) -> Job | No
     params = {"p_queue": address.queue, "p_job_id": job_id}
     rows = fetch(conn, address, queue_wide_sql.get_job(), params)
     # The live columns then died_at (pinned by a test).
-    if rows:
-        return shown_row(rows[0])
-    # G1: a waiting workflow step is no row of jobs yet; only a miss pays this look.
-    return _workflow.waiting_job(conn, address=address, queue=address.queue, job_id=job_id)
+    # The read shape, then waiting_on (G1: a waiting step's upstreams not acked yet).
+    return _workflow.with_waiting_on(rows[0]) if rows else None
 
 
 def record_outcomes(

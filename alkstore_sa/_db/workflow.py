@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -13,8 +14,9 @@ from .._values.workflow import WorkflowStatus, WorkflowStepState
 from .address import StoreAddress
 from .execute import fetch
 from .sql import workflow as wf_sql
+from .sql import workflow_reads as wf_reads
 
-__all__ = ["PlannedStep", "defer", "status", "steps", "sweep_finished", "waiting_job"]
+__all__ = ["PlannedStep", "defer", "status", "steps", "sweep_finished", "with_waiting_on"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +101,7 @@ def defer(
 
 def status(conn: Connection, *, address: StoreAddress, workflow_id: int) -> WorkflowStatus | None:
     """G3: the workflow's counts, or None when there is no such workflow (or it was swept)."""
-    rows = fetch(conn, address, wf_sql.workflow_status(), {"p_workflow_id": workflow_id})
+    rows = fetch(conn, address, wf_reads.workflow_status(), {"p_workflow_id": workflow_id})
     if not rows:
         return None
     id_, name, created_at, total, waiting, pending, processing, completed, dead, cancelled = rows[0]
@@ -122,21 +124,19 @@ def steps(conn: Connection, *, address: StoreAddress, workflow_id: int) -> list[
     """Every step of the workflow with its state and the ids it comes after, by id."""
     params = {"p_workflow_id": workflow_id}
     after: dict[int, list[int]] = {}
-    for upstream, step in fetch(conn, address, wf_sql.workflow_edges_of(), params):
+    for upstream, step in fetch(conn, address, wf_reads.workflow_edges_of(), params):
         after.setdefault(step, []).append(upstream)
     return [
         WorkflowStepState(id_, queue, state, tuple(after.get(id_, ())))
-        for id_, queue, state in fetch(conn, address, wf_sql.workflow_steps_of(), params)
+        for id_, queue, state in fetch(conn, address, wf_reads.workflow_steps_of(), params)
     ]
 
 
-def waiting_job(conn: Connection, *, address: StoreAddress, queue: str, job_id: int) -> Job | None:
-    """G1: a waiting step of ``queue`` as ``get_job`` shows it (with ``waiting_on``)."""
-    rows = fetch(conn, address, wf_sql.waiting_job(), {"p_queue": queue, "p_job_id": job_id})
-    if not rows:
-        return None
-    *row, waiting_on = rows[0]
-    return replace(shown_row(row), waiting_on=tuple(int(i) for i in waiting_on))
+def with_waiting_on(row: Sequence[Any]) -> Job:
+    """``get_job``'s row (the read shape, then ``waiting_on``) as a ``Job``."""
+    *shape, waiting_on = row
+    job = shown_row(shape)
+    return job if waiting_on is None else replace(job, waiting_on=tuple(waiting_on))
 
 
 def sweep_finished(conn: Connection, *, address: StoreAddress, queue: str) -> int:

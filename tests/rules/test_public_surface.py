@@ -49,6 +49,11 @@ CONTRACT_NAMES = {
     # X1: N worker processes under one supervisor, and its start failure.
     "run_processes",
     "WorkerStartError",
+    # G1-G3: workflows.
+    "Workflow",
+    "Step",
+    "WorkflowRun",
+    "WorkflowStatus",
 }
 
 

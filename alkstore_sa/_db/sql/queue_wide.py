@@ -9,6 +9,7 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     CompoundSelect,
     Interval,
@@ -40,6 +41,7 @@ from ._common import (
     queue_param,
 )
 from .lapsed import bury_lapsed_exhausted
+from .workflow_reads import waiting_job
 
 __all__ = [
     "EXPIRED_ERROR",
@@ -130,15 +132,20 @@ _CANCELLABLE = ("waiting", "live")
 
 @cache
 def get_job() -> CompoundSelect[Any]:
-    """Q24: the live row, else the dead one, else the kept completed one (R1)."""
+    """Q24: the live row, else the dead one, else the kept completed one (R1),
+    else a waiting workflow step (G1); each row ends with ``waiting_on``
+    (the step's unacked upstream ids; NULL for the other three)."""
     job_id = bindparam("p_job_id", type_=BigInteger)
     queue = queue_param()
-    live = select(*live_row_columns()).where(jobs.c.id == job_id, jobs.c.queue == queue)
-    dead = select(*dead_row_columns()).where(dead_jobs.c.id == job_id, dead_jobs.c.queue == queue)
-    kept = select(*completed_row_columns()).where(
+    none = null().cast(ARRAY(BigInteger)).label("waiting_on")
+    live = select(*live_row_columns(), none).where(jobs.c.id == job_id, jobs.c.queue == queue)
+    dead = select(*dead_row_columns(), none).where(
+        dead_jobs.c.id == job_id, dead_jobs.c.queue == queue
+    )
+    kept = select(*completed_row_columns(), none).where(
         completed_jobs.c.id == job_id, completed_jobs.c.queue == queue
     )
-    return live.union_all(dead, kept)
+    return live.union_all(dead, kept, waiting_job())
 
 
 @cache

@@ -1,5 +1,5 @@
-"""Workflows' statements (G1-G4): defer, a waiting step as ``get_job`` shows it,
-a workflow's status and steps, and the sweep of finished workflows.
+"""Workflows' statements (G1-G4) that write: defer's, and the sweep of finished
+workflows (the reads are in ``workflow_reads``).
 
 What happens at an ack, a death, a cancel or a requeue of a step is not
 here: triggers on ``jobs`` do it in that statement's transaction, for the
@@ -19,23 +19,18 @@ from sqlalchemy import (
     DateTime,
     Integer,
     Interval,
-    LargeBinary,
     Select,
     Text,
-    and_,
     bindparam,
-    case,
     delete,
     func,
     insert,
     literal,
-    null,
     or_,
     select,
     true,
 )
 
-from ..._values.job import LIVE_COLUMNS
 from ...schema import (
     completed_jobs,
     dead_jobs,
@@ -45,17 +40,17 @@ from ...schema import (
     workflows,
 )
 from ._common import NOW, queue_param
+from .enqueue import _Payload
 
 __all__ = [
+    "STEP_JOB_COLUMNS",
     "draw_ids",
     "insert_steps",
     "promote_roots",
     "sweep_finished",
     "taken_keys",
-    "waiting_job",
-    "workflow_edges_of",
-    "workflow_status",
-    "workflow_steps_of",
+    "word",
+    "workflow_id_param",
 ]
 
 steps = workflow_steps
@@ -82,7 +77,7 @@ STEP_JOB_COLUMNS = (
 )
 
 
-def _word(value: str) -> ColumnElement[str]:
+def word(value: str) -> ColumnElement[str]:
     """A state name, bound (never pasted into the text)."""
     return literal(value, type_=Text)
 
@@ -128,7 +123,7 @@ def insert_steps() -> Select[Any]:
         "id": BigInteger,
         "queue": Text,
         "channel": Text,
-        "payload": LargeBinary,
+        "payload": _Payload,
         "priority": Integer,
         "run_at": DateTime(timezone=True),
         "delay": Interval,
@@ -149,7 +144,7 @@ def insert_steps() -> Select[Any]:
         workflow_id_param(),
         given.c.queue,
         given.c.channel,
-        _word("waiting"),
+        word("waiting"),
         given.c.remaining,
         given.c.payload,
         given.c.priority,
@@ -207,7 +202,7 @@ def promote_roots() -> Select[Any]:
         select(*(steps.c[name] for name in STEP_JOB_COLUMNS), steps.c.workflow_id)
         .where(
             steps.c.workflow_id == workflow_id_param(),
-            steps.c.state == _word("waiting"),
+            steps.c.state == word("waiting"),
             steps.c.remaining == literal(0, type_=Integer),
         )
         .order_by(steps.c.id)
@@ -221,7 +216,7 @@ def promote_roots() -> Select[Any]:
     channels = (
         select(steps.c.channel).where(steps.c.id == promoted.c.id).distinct().subquery("channels")
     )
-    woke = select(func.pg_notify(channels.c.channel, _word("")).label("woke")).cte("woke")
+    woke = select(func.pg_notify(channels.c.channel, word("")).label("woke")).cte("woke")
     return select(
         select(func.count()).select_from(promoted).scalar_subquery(),
         select(func.count()).select_from(woke).scalar_subquery(),
@@ -232,7 +227,7 @@ def promote_roots() -> Select[Any]:
 def taken_keys() -> Select[Any]:
     """G4: ``(queue, unique_key)`` of the pairs given that a live job or a waiting
     step already holds (``:queues``/``:unique_keys``, parallel arrays)."""
-    given = (
+    pairs = (
         func.unnest(
             bindparam("p_queues", type_=ARRAY(Text)),
             bindparam("p_unique_keys", type_=ARRAY(Text)),
@@ -240,121 +235,22 @@ def taken_keys() -> Select[Any]:
         .table_valued("queue", "unique_key")
         .render_derived()
     )
-    live = select(given.c.queue, given.c.unique_key).where(
+    given = select(pairs.c.queue, pairs.c.unique_key).cte("given")
+    live = (
         select(jobs.c.id)
         .where(jobs.c.queue == given.c.queue, jobs.c.unique_key == given.c.unique_key)
         .exists()
     )
-    waiting = select(given.c.queue, given.c.unique_key).where(
+    waiting = (
         select(steps.c.id)
         .where(
             steps.c.queue == given.c.queue,
             steps.c.unique_key == given.c.unique_key,
-            steps.c.state == _word("waiting"),
+            steps.c.state == word("waiting"),
         )
         .exists()
     )
-    return live.union(waiting)  # type: ignore[return-value]
-
-
-def _waiting_on(step: ColumnElement[int]) -> ColumnElement[Any]:
-    """The upstream ids of ``step`` not acked yet, ascending, as a bigint array."""
-    upstream = steps.alias("upstream")
-    ids = (
-        select(edges.c.upstream)
-        .join(upstream, upstream.c.id == edges.c.upstream)
-        .where(edges.c.step == step, upstream.c.state != _word("completed"))
-        .order_by(edges.c.upstream)
-    )
-    return func.array(ids.scalar_subquery())
-
-
-@cache
-def waiting_job() -> Select[Any]:
-    """G1: a waiting step of ``:queue`` as ``get_job`` shows it: ``pending``, in
-    ``LIVE_COLUMNS`` order, then died_at, result, finished_at (NULL) and
-    ``waiting_on``."""
-    shown: dict[str, ColumnElement[Any]] = {
-        "status": _word("pending"),
-        "worker_id": null().cast(Text),
-        "claim_deadline": null().cast(DateTime(timezone=True)),
-    }
-    columns = [shown[name] if name in shown else steps.c[name] for name in LIVE_COLUMNS]
-    return select(
-        *columns,
-        null().cast(DateTime(timezone=True)),
-        null().cast(LargeBinary),
-        null().cast(DateTime(timezone=True)),
-        _waiting_on(steps.c.id),
-    ).where(
-        steps.c.id == bindparam("p_job_id", type_=BigInteger),
-        steps.c.queue == queue_param(),
-        steps.c.state == _word("waiting"),
-    )
-
-
-def _shown_state() -> ColumnElement[str]:
-    """G3: a step's state as the status counts it (a live step is pending or
-    processing as its row says; a live step with no row left died)."""
-    return case(
-        (
-            steps.c.state == _word("live"),
-            func.coalesce(jobs.c.status, _word("dead")),
-        ),
-        else_=steps.c.state,
-    )
-
-
-@cache
-def workflow_status() -> Select[Any]:
-    """G3: ``:workflow_id``'s name, created_at and its steps counted by state."""
-    state = _shown_state()
-    joined = workflows.join(steps, steps.c.workflow_id == workflows.c.id).outerjoin(
-        jobs, and_(jobs.c.id == steps.c.id, steps.c.state == _word("live"))
-    )
-
-    def counted(name: str) -> ColumnElement[int]:
-        return func.count().filter(state == _word(name))
-
-    return (
-        select(
-            workflows.c.id,
-            workflows.c.name,
-            workflows.c.created_at,
-            func.count(),
-            *(
-                counted(name)
-                for name in ("waiting", "pending", "processing", "completed", "dead", "cancelled")
-            ),
-        )
-        .select_from(joined)
-        .where(workflows.c.id == workflow_id_param())
-        .group_by(workflows.c.id)
-    )
-
-
-@cache
-def workflow_steps_of() -> Select[Any]:
-    """The dashboard's and the CLI's list of ``:workflow_id``'s steps:
-    ``(id, queue, state)`` by id."""
-    joined = steps.outerjoin(jobs, and_(jobs.c.id == steps.c.id, steps.c.state == _word("live")))
-    return (
-        select(steps.c.id, steps.c.queue, _shown_state())
-        .select_from(joined)
-        .where(steps.c.workflow_id == workflow_id_param())
-        .order_by(steps.c.id)
-    )
-
-
-@cache
-def workflow_edges_of() -> Select[Any]:
-    """``(upstream, step)`` of every edge of ``:workflow_id``."""
-    return (
-        select(edges.c.upstream, edges.c.step)
-        .join(steps, steps.c.id == edges.c.step)
-        .where(steps.c.workflow_id == workflow_id_param())
-        .order_by(edges.c.step, edges.c.upstream)
-    )
+    return select(given.c.queue, given.c.unique_key).where(or_(live, waiting))
 
 
 @cache
@@ -369,8 +265,8 @@ def sweep_finished() -> Select[tuple[int]]:
         .where(
             other.c.workflow_id == workflows.c.id,
             or_(
-                other.c.state == _word("waiting"),
-                other.c.state == _word("live"),
+                other.c.state == word("waiting"),
+                other.c.state == word("live"),
                 select(dead_jobs.c.id).where(dead_jobs.c.id == other.c.id).exists(),
                 select(completed_jobs.c.id).where(completed_jobs.c.id == other.c.id).exists(),
             ),

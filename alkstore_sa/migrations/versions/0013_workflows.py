@@ -25,6 +25,11 @@ Three triggers on ``jobs`` run the workflows (docs/design.md "Workflows"):
 - after a step is marked cancelled (``Queue.cancel``), its waiting
   downstream steps are cancelled with it (G2).
 
+The functions run as their owner (``SECURITY DEFINER``, with a fixed
+``search_path``; every name in them is schema-qualified), so a role that
+may ack, fail or requeue a job needs no grant on the workflow tables for
+what the triggers do (docs/privileges.md).
+
 The way down drops the triggers, the functions and the three tables (every
 workflow's waiting steps go with them; their promoted steps stay ordinary
 jobs) and the three columns.
@@ -56,7 +61,7 @@ _STEP_JOB_COLUMNS = (
 # value: every value reaches these functions as a row or an argument).
 _FUNCTIONS = """
 CREATE FUNCTION {s}.alkstore_wf_bury(dead_id bigint) RETURNS void
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   down bigint[];
   why text := 'upstream job ' || dead_id || ' dead';
@@ -90,7 +95,7 @@ BEGIN
 END $$;
 
 CREATE FUNCTION {s}.alkstore_wf_job_left() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   st text;
   ready bigint[];
@@ -129,7 +134,7 @@ BEGIN
 END $$;
 
 CREATE FUNCTION {s}.alkstore_wf_job_entered() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   st text;
   left_ integer;
@@ -165,7 +170,7 @@ BEGIN
 END $$;
 
 CREATE FUNCTION {s}.alkstore_wf_cancelled() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
   PERFORM 1 FROM {s}.workflows WHERE id = NEW.workflow_id FOR NO KEY UPDATE;
   WITH RECURSIVE d(id) AS (
@@ -177,6 +182,9 @@ BEGIN
   WHERE id IN (SELECT id FROM d) AND state = 'waiting';
   RETURN NULL;
 END $$;
+
+-- Only the triggers below call it (as its owner).
+REVOKE EXECUTE ON FUNCTION {s}.alkstore_wf_bury(bigint) FROM PUBLIC;
 
 CREATE TRIGGER alkstore_wf_job_left AFTER DELETE ON {s}.jobs
 FOR EACH ROW WHEN (OLD.workflow_id IS NOT NULL)
