@@ -120,9 +120,7 @@ def test_g1_order_holds_across_worker_processes(database_url: URL, engine: Engin
         assert fan_in_runs == 1
 
 
-def test_g1_kill_9_of_workers_mid_workflow_loses_nothing(
-    database_url: URL, engine: Engine
-) -> None:
+def test_g1_kill_9_of_workers_mid_workflow_loses_nothing(database_url: URL, engine: Engine) -> None:
     _setup(engine)
     vt = 0.6  # a killed worker's jobs lapse and run again soon
     with Store(engine) as store:
