@@ -72,3 +72,19 @@ def test_g4_steps_take_enqueue_opts(qs: Any) -> None:
     assert (job.run_at - job.created_at).total_seconds() == 3600
     assert q.get_job(run.job_ids[b]).unique_key == "later"
     assert q.claim_batch("w", 5) == []  # a is not due for an hour
+
+
+def test_g4_a_key_taken_while_the_step_waited_kills_the_step_not_the_ack(qs: Any) -> None:
+    q = qs.queue("g4k")
+    wf = SyncWorkflow(qs, "taken")
+    a = wf.add_job(q, b"a")
+    b = wf.add_job(q, b"b", after=[a], opts=EnqueueOpts(unique_key="late"))
+    c = wf.add_job(q, b"c", after=[b])
+    run = wf.defer()
+    holder = q.enqueue(b"holder", EnqueueOpts(unique_key="late", priority=-1))
+    [h] = q.claim_batch("w", 1)
+    assert h.id == run.job_ids[a] and h.ack()  # the ack goes through
+    dead = q.get_job(run.job_ids[b])
+    assert (dead.status, dead.last_error) == ("dead", "unique key late live at promotion")
+    assert q.get_job(run.job_ids[c]).last_error == f"upstream job {run.job_ids[b]} dead"
+    assert [j.id for j in q.claim_batch("w", 5)] == [holder]

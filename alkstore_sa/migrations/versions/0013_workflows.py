@@ -60,22 +60,10 @@ _STEP_JOB_COLUMNS = (
 # The functions' bodies.  ``{s}`` is the schema, quoted as an identifier (never a
 # value: every value reaches these functions as a row or an argument).
 _FUNCTIONS = """
-CREATE FUNCTION {s}.alkstore_wf_bury(dead_id bigint) RETURNS void
+CREATE FUNCTION {s}.alkstore_wf_to_dead(ids bigint[], why text) RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-  down bigint[];
-  why text := 'upstream job ' || dead_id || ' dead';
 BEGIN
-  -- Every step downstream of dead_id, transitively (a DAG: UNION ends it).
-  WITH RECURSIVE d(id) AS (
-    SELECT e.step FROM {s}.workflow_edges e WHERE e.upstream = dead_id
-    UNION
-    SELECT e.step FROM {s}.workflow_edges e JOIN d ON e.upstream = d.id
-  )
-  SELECT array_agg(id) INTO down FROM d;
-  IF down IS NULL THEN
-    RETURN;
-  END IF;
+  -- The waiting steps among ids to dead_jobs, last_error = why (and in the history).
   INSERT INTO {s}.dead_jobs (
     id, queue, payload, priority, run_at, attempts, max_attempts, visibility_timeout,
     expires_at, created_at, trace_context, unique_key, keep_completed, workflow_id,
@@ -89,9 +77,26 @@ BEGIN
              'traceback', NULL)),
            '$[last - 9 to last]')
   FROM {s}.workflow_steps w
-  WHERE w.id = ANY(down) AND w.state = 'waiting';
+  WHERE w.id = ANY(ids) AND w.state = 'waiting';
   UPDATE {s}.workflow_steps SET state = 'dead', payload = NULL
-  WHERE id = ANY(down) AND state = 'waiting';
+  WHERE id = ANY(ids) AND state = 'waiting';
+END $$;
+
+CREATE FUNCTION {s}.alkstore_wf_bury(dead_id bigint) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+  down bigint[];
+BEGIN
+  -- Every step downstream of dead_id, transitively (a DAG: UNION ends it).
+  WITH RECURSIVE d(id) AS (
+    SELECT e.step FROM {s}.workflow_edges e WHERE e.upstream = dead_id
+    UNION
+    SELECT e.step FROM {s}.workflow_edges e JOIN d ON e.upstream = d.id
+  )
+  SELECT array_agg(id) INTO down FROM d;
+  IF down IS NOT NULL THEN
+    PERFORM {s}.alkstore_wf_to_dead(down, 'upstream job ' || dead_id || ' dead');
+  END IF;
 END $$;
 
 CREATE FUNCTION {s}.alkstore_wf_job_left() RETURNS trigger
@@ -99,6 +104,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
   st text;
   ready bigint[];
+  went bigint[];
+  clash record;
 BEGIN
   -- The workflow's lock first: every change to a workflow's steps takes it,
   -- so the statements below read what the previous holder committed.
@@ -123,13 +130,29 @@ BEGIN
     RETURNING w.id, w.remaining
   )
   SELECT array_agg(id) FILTER (WHERE remaining = 0) INTO ready FROM counted;
-  IF ready IS NOT NULL THEN
+  IF ready IS NULL THEN
+    RETURN NULL;
+  END IF;
+  -- A waiting step holds no unique key: a key another job took meanwhile
+  -- is not waited for (the ack must not fail), the step dies instead (G4).
+  WITH promoted AS (
     INSERT INTO {s}.jobs ({cols}, workflow_id)
     SELECT {cols}, workflow_id FROM {s}.workflow_steps
-    WHERE id = ANY(ready) ORDER BY id;
-    PERFORM pg_notify(c.channel, '')
-    FROM (SELECT DISTINCT channel FROM {s}.workflow_steps WHERE id = ANY(ready)) c;
-  END IF;
+    WHERE id = ANY(ready) ORDER BY id
+    ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id, queue
+  )
+  SELECT array_agg(id) INTO went FROM promoted;
+  PERFORM pg_notify(c.channel, '')
+  FROM (SELECT DISTINCT channel FROM {s}.workflow_steps WHERE id = ANY(went)) c;
+  FOR clash IN
+    SELECT w.id, w.unique_key FROM {s}.workflow_steps w
+    WHERE w.id = ANY(ready) AND w.state = 'waiting'
+  LOOP
+    PERFORM {s}.alkstore_wf_to_dead(
+      ARRAY[clash.id], 'unique key ' || clash.unique_key || ' live at promotion');
+    PERFORM {s}.alkstore_wf_bury(clash.id);
+  END LOOP;
   RETURN NULL;
 END $$;
 
@@ -183,8 +206,9 @@ BEGIN
   RETURN NULL;
 END $$;
 
--- Only the triggers below call it (as its owner).
+-- Only the triggers below call them (as their owner).
 REVOKE EXECUTE ON FUNCTION {s}.alkstore_wf_bury(bigint) FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION {s}.alkstore_wf_to_dead(bigint[], text) FROM PUBLIC;
 
 CREATE TRIGGER alkstore_wf_job_left AFTER DELETE ON {s}.jobs
 FOR EACH ROW WHEN (OLD.workflow_id IS NOT NULL)
@@ -281,5 +305,6 @@ def downgrade() -> None:
     for name in ("alkstore_wf_job_left", "alkstore_wf_job_entered", "alkstore_wf_cancelled"):
         op.execute(sa.text(f"DROP FUNCTION {s}.{name}()"))
     op.execute(sa.text(f"DROP FUNCTION {s}.alkstore_wf_bury(bigint)"))
+    op.execute(sa.text(f"DROP FUNCTION {s}.alkstore_wf_to_dead(bigint[], text)"))
     for table in ("completed_jobs", "dead_jobs", "jobs"):
         op.drop_column(table, "workflow_id", schema=schema)
