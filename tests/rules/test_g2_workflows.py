@@ -59,7 +59,7 @@ def test_g2_fail_buries_every_downstream_step_transitively(qs: Any) -> None:
 
 def test_g2_retry_at_budget_buries_downstream(qs: Any) -> None:
     q = qs.queue("g2r", QueueOpts(max_attempts=1))
-    run, ids = _chain_with_fork(qs, q)
+    _run, ids = _chain_with_fork(qs, q)
     [h] = q.claim_batch("w", 10)
     assert h.retry("again")  # no attempt left: dead
     assert _statuses(q, ids) == dict.fromkeys("abcde", "dead")
@@ -68,7 +68,7 @@ def test_g2_retry_at_budget_buries_downstream(qs: Any) -> None:
 
 def test_g2_lapsed_claim_buried_by_the_claim_buries_downstream(qs: Any) -> None:
     q = qs.queue("g2l", QueueOpts(max_attempts=1, visibility_timeout=0.2))
-    run, ids = _chain_with_fork(qs, q)
+    _run, ids = _chain_with_fork(qs, q)
     assert [h.id for h in q.claim_batch("w", 10)] == [ids["a"]]
     time.sleep(0.3)
     assert q.claim_batch("w", 10) == []  # Q12: the claim buries a, and a's steps with it
