@@ -148,3 +148,36 @@ def test_g1_task_steps_carry_their_envelope_and_check_arguments(store: Any) -> N
     assert h.ack()
     [h] = q.claim_batch("w", 5)
     assert h.id == run.job_ids[b]
+
+
+def test_g1_promotion_commits_with_a_session_ack(engine: Any) -> None:
+    from alkstore_sa import Store, Workflow
+
+    with Store(engine) as store:
+        q = store.queue("g1sa")
+        wf = Workflow(store, name="session ack")
+        a = wf.add_job(q, b"a")
+        b = wf.add_job(q, b"b", after=[a])
+        run = wf.defer()
+        [h] = q.claim_batch("w", 1)
+        with engine.connect() as conn:
+            assert h.ack(session=conn)
+            assert q.claim_batch("w", 1) == []  # promoted in the ack's transaction: unseen
+            conn.commit()
+        assert [x.id for x in q.claim_batch("w", 1)] == [run.job_ids[b]]
+
+
+async def test_g1_rollback_of_an_async_defer_writes_nothing(async_engine: Any) -> None:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from alkstore_sa import AsyncStore, Workflow
+
+    store = AsyncStore(async_engine)
+    q = store.queue("g1ar")
+    wf = Workflow(store, name="async rollback")
+    wf.add_job(q, b"a")
+    async with AsyncSession(async_engine) as session:
+        run = await wf.defer(session=session)
+        await session.rollback()
+    assert await store.workflow(run.id) is None
+    assert await q.get_job(run.job_ids[next(iter(run.job_ids))]) is None
