@@ -30,6 +30,7 @@ if _typing.TYPE_CHECKING:
     from .store import JobHandle, Queue, Store
     from .tasks import AsyncTask, Periodic, Task, Tasks
     from .worker import AsyncWorker, Worker, WorkerHealth, job_cancelled, run_processes
+    from .workflow import Step, Workflow, WorkflowRun, WorkflowStatus
 
 # Where each public name lives, relative to this package.
 _HOMES = {
@@ -58,6 +59,7 @@ _HOMES = {
     **dict.fromkeys(
         ["AsyncWorker", "Worker", "WorkerHealth", "job_cancelled", "run_processes"], ".worker"
     ),
+    **dict.fromkeys(["Step", "Workflow", "WorkflowRun", "WorkflowStatus"], ".workflow"),
 }
 
 __all__ = [
@@ -82,6 +84,7 @@ __all__ = [
     "RetryJob",
     "SchemaMissingError",
     "SnoozeJob",
+    "Step",
     "Store",
     "StoreClosedError",
     "SweepResult",
@@ -91,6 +94,9 @@ __all__ = [
     "WorkerHealth",
     "WorkerInfo",
     "WorkerStartError",
+    "Workflow",
+    "WorkflowRun",
+    "WorkflowStatus",
     "job_cancelled",
     "migrate",
     "run_processes",

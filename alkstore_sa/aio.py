@@ -21,6 +21,7 @@ from ._calls import Call
 from ._calls import admin as _admin
 from ._calls import core as _core
 from ._calls import workers as _workers
+from ._calls import workflow as _workflow
 from ._calls.core import QueueCore
 from ._calls.faces import HandleFace, Lifecycle, QueueFace
 from ._calls.handle import HandleCore
@@ -31,6 +32,7 @@ from ._db.sqlstate import schema_errors
 from ._values.job import Job, JobStatus, QueueStats, SweepResult
 from ._values.opts import EnqueueOpts, QueueOpts
 from ._values.workers import WorkerInfo
+from ._values.workflow import WorkflowStatus
 from .schema import DEFAULT_SCHEMA
 
 __all__ = ["AsyncJobHandle", "AsyncQueue", "AsyncStore"]
@@ -82,6 +84,10 @@ class AsyncStore:
     async def stats(self) -> dict[str, QueueStats]:
         """``queue_names()`` mapped to each queue's stats, read in one snapshot (O6)."""
         return await self._run(_admin.store_stats(self.schema))
+
+    async def workflow(self, run_id: int) -> WorkflowStatus | None:
+        """G3: the awaitable twin of ``Store.workflow``."""
+        return await self._run(_workflow.status(self.schema, run_id))
 
     async def workers(self) -> list[WorkerInfo]:
         """V1: the workers registered in this schema (running, or gone and not yet

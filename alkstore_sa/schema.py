@@ -32,6 +32,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from . import _workflow_tables
 from ._values.validate import DEFAULT_SCHEMA
 
 __all__ = [
@@ -44,6 +45,9 @@ __all__ = [
     "periodic",
     "throughput",
     "workers",
+    "workflow_edges",
+    "workflow_steps",
+    "workflows",
 ]
 
 
@@ -129,6 +133,9 @@ jobs = Table(
     # R1: how long the job is kept once acked (the stamp, resolved at
     # enqueue); NULL (the default) deletes it at its ack, as Q16 says.
     Column("keep_completed", Interval),
+    # G1: the workflow this job is a step of (migration 0013); NULL for every
+    # other job.  The workflow triggers fire only for rows where it is set.
+    Column("workflow_id", BigInteger),
     CheckConstraint("status IN ('pending', 'processing')", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
     CheckConstraint("max_attempts >= 1", name="max_attempts"),
@@ -236,6 +243,8 @@ dead_jobs = Table(
     Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
     # Added by 0011: the job's R1 stamp, kept so a requeue restores it.
     Column("keep_completed", Interval),
+    # Added by 0013: the workflow of a step (G2), kept so a requeue restores it.
+    Column("workflow_id", BigInteger),
 )
 
 # R1: acked jobs stamped with keep_completed, moved here by the ack's own
@@ -265,6 +274,8 @@ completed_jobs = Table(
     Column("result", LargeBinary),
     Column("finished_at", _TZ, nullable=False),
     Column("keep_until", _TZ, nullable=False),
+    # Added by 0013: the workflow of a kept step (G1).
+    Column("workflow_id", BigInteger),
     # The sweep deletes by (queue, keep_until); listings go by id.
     Index("completed_jobs_queue_keep_until_ix", "queue", "keep_until"),
     Index("completed_jobs_queue_id_ix", "queue", "id"),
@@ -322,3 +333,7 @@ workers = Table(
     Column("started_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
     Column("last_seen", _TZ, nullable=False, server_default=text("statement_timestamp()")),
 )
+
+# G1-G3 (migration 0013): a workflow, its steps and the edges between them,
+# drawn in ``_workflow_tables`` (on this MetaData; ``jobs`` lends its types).
+workflows, workflow_steps, workflow_edges = _workflow_tables.define(metadata, jobs, _TZ)

@@ -18,6 +18,7 @@ from ._calls import Call
 from ._calls import admin as _admin
 from ._calls import core as _core
 from ._calls import workers as _workers
+from ._calls import workflow as _workflow
 from ._calls.core import QueueCore
 from ._calls.faces import HandleFace, Lifecycle, QueueFace
 from ._calls.handle import HandleCore
@@ -27,6 +28,7 @@ from ._db.sqlstate import schema_errors
 from ._values.job import Job, JobStatus, QueueStats, SweepResult
 from ._values.opts import EnqueueOpts, QueueOpts
 from ._values.workers import WorkerInfo
+from ._values.workflow import WorkflowStatus
 from .schema import DEFAULT_SCHEMA
 
 __all__ = ["JobHandle", "Queue", "Store"]
@@ -77,6 +79,10 @@ class Store:
         """V1: the workers registered in this schema (running, or gone and not yet
         pruned), oldest start first, each with its jobs in flight."""
         return self._run(_workers.listing(self.schema))
+
+    def workflow(self, run_id: int) -> WorkflowStatus | None:
+        """G3: a workflow's steps counted by state; None when there is none (or it was swept)."""
+        return self._run(_workflow.status(self.schema, run_id))
 
     def close(self) -> None:
         if self._life.close() and self._owns_engine:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection, Update
 
-from .._values.job import Job, SweepResult, decode_claimed, shown_row
+from .._values.job import Job, SweepResult, decode_claimed
+from . import workflow as _workflow
 from .execute import fetch
 from .park import PARK_LIMIT, Parker
 from .sql import claim as claim_sql
@@ -214,7 +215,8 @@ def get_job(conn: Connection, *, address: QueueAddress, job_id: int) -> Job | No
     params = {"p_queue": address.queue, "p_job_id": job_id}
     rows = fetch(conn, address, queue_wide_sql.get_job(), params)
     # The live columns then died_at (pinned by a test).
-    return shown_row(rows[0]) if rows else None
+    # The read shape, then waiting_on (G1: a waiting step's upstreams not acked yet).
+    return _workflow.with_waiting_on(rows[0]) if rows else None
 
 
 def record_outcomes(
@@ -239,4 +241,5 @@ def sweep(conn: Connection, *, address: QueueAddress, retention: timedelta | Non
         params = {**queue, "p_retention": retention}
         purged = len(fetch(conn, address, queue_wide_sql.purge_dead(), params))
     completed = len(fetch(conn, address, queue_wide_sql.purge_completed(), queue))
+    _workflow.sweep_finished(conn, address=address, queue=address.queue)  # G3
     return SweepResult(expired=expired, purged=purged, completed=completed)

@@ -47,6 +47,7 @@ LIVE_COLUMNS = (
     "trace_context",
     "unique_key",
     "keep_completed",
+    "workflow_id",
 )
 
 # B2: how many of a job's errors it keeps (the newest).
@@ -217,6 +218,11 @@ class Job:
     finished_at: datetime | None = None
     # R1: the stamp: seconds it is kept once acked; None = deleted at its ack.
     keep_completed: float | None = None
+    # G1: the workflow this job is a step of, else None.
+    workflow_id: int | None = None
+    # G1: the ids of the steps a waiting step still waits for (its status is
+    # ``pending``); empty for every other job.
+    waiting_on: tuple[int, ...] = ()
 
     @classmethod
     def from_live(
@@ -252,6 +258,7 @@ class Job:
             trace_context,
             unique_key,
             keep,
+            workflow_id,
         ) = row
         return cls(
             id_,
@@ -275,6 +282,7 @@ class Job:
             None if result is None else bytes(result),
             finished_at,
             None if keep is None else _seconds(keep),
+            workflow_id,
         )
 
 

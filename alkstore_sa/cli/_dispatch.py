@@ -37,6 +37,7 @@ _COMMANDS = {
     "sweep": ("_ops", "cmd_sweep"),
     "cancel": ("_cancel", "cmd_cancel"),
     "workers": ("_workers", "cmd_workers"),
+    "workflow": ("_workflow", "cmd_workflow"),
     "worker": ("_worker", "cmd_worker"),
     "metrics": ("_metrics", "cmd_metrics"),
     "periodic": ("_periodic", "cmd_periodic"),

@@ -219,6 +219,17 @@ def _add_operations(
     p.add_argument("--json", action="store_true", help="print one JSON list of workers")
 
     p = sub.add_parser(
+        "workflow",
+        parents=[common],
+        help="show a workflow (G3): its counts, and each step's state and upstreams",
+        description="A workflow's steps counted by state, then each step: id, queue, "
+        "state (waiting, pending, processing, completed, dead, cancelled) and the ids it "
+        "comes after.",
+    )
+    p.add_argument("id", metavar="ID", type=a.job_id, help="the workflow's id (WorkflowRun.id)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = sub.add_parser(
         "periodic",
         parents=[common],
         help="list the application's periodic schedules (P1) and their next times",

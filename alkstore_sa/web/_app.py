@@ -75,6 +75,7 @@ class _Dashboard(Pages, Actions):
         return [
             Route("/", self.overview, name="overview"),
             Route("/workers", self.workers, name="workers"),
+            Route("/workflows/{id:int}", self.workflow, name="workflow"),
             Mount("/static", app=static, name="static"),
             # {queue:path}: a queue name may hold "/" (sent as %2F); the
             # suffixes are matched from the right.

@@ -19,6 +19,7 @@ from starlette.responses import Response
 
 from .._calls import admin as _admin
 from .._calls import workers as worker_calls
+from .._calls import workflow as workflow_calls
 from .._calls.core import MAX_REQUEUE
 from .._db import dashboard as reads
 from .._db.address import StoreAddress
@@ -35,6 +36,7 @@ __all__ = ["PAGE_SIZE", "Pages"]
 PAGE_SIZE = 50  # rows per page of every list (W3: bounded)
 GROUPS_SHOWN = 50  # dead-letter error groups on one page
 WORKERS_SHOWN = 200  # (worker, queue) rows on the workers page
+WORKFLOW_STEPS_SHOWN = 2_000  # steps listed on a workflow's page
 IN_FLIGHT_SHOWN = 100  # in-flight jobs listed, nearest deadline first
 DEFAULT_BULK = 1000  # "all matching": how many at most, unless the form says
 LIST_STATUSES = ("", "due", "scheduled", "pending", "processing", "completed", "dead")
@@ -249,4 +251,36 @@ class Pages(DashboardBase):
             jobs=jobs,
             summary_limit=WORKERS_SHOWN,
             jobs_limit=IN_FLIGHT_SHOWN,
+        )
+
+    @page
+    async def workflow(self, request: Request) -> Response:
+        """G3: a workflow's counts and its steps (state, the ids each comes after)."""
+        run_id = request.path_params["id"]
+        if not 1 <= run_id <= reads.MAX_ID:
+            raise Refused(404, "no such workflow")
+        schema = self._address.schema
+        status_of, steps_of = (
+            workflow_calls.status(schema, run_id),
+            workflow_calls.steps(schema, run_id),
+        )
+
+        address = self._address
+
+        def read(conn: Connection) -> tuple[datetime, Any, list[Any]]:
+            status = status_of(conn)
+            steps = [] if status is None else steps_of(conn)[:WORKFLOW_STEPS_SHOWN]
+            return reads.clock(conn, address), status, steps
+
+        now, status, steps = await self.runner.read(read)
+        if status is None:
+            raise Refused(404, f"no workflow {run_id} (never there, or swept once finished)")
+        return self._render_text(
+            request,
+            "workflow.html",
+            title=f"Workflow {run_id}",
+            now=now,
+            status=status,
+            steps=steps,
+            limit=WORKFLOW_STEPS_SHOWN,
         )

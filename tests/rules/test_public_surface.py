@@ -51,6 +51,11 @@ CONTRACT_NAMES = {
     "WorkerStartError",
     # C1: a sync handler asks whether its job was cancelled.
     "job_cancelled",
+    # G1-G3: workflows.
+    "Workflow",
+    "Step",
+    "WorkflowRun",
+    "WorkflowStatus",
 }
 
 

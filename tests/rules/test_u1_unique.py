@@ -331,7 +331,9 @@ def _wait_until_blocked(engine: Engine, timeout: float = 10.0) -> None:
         rows = sql(
             engine,
             "SELECT count(*) AS n FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock' AND query LIKE '%ON CONFLICT%'",
+            " AND wait_event_type = 'Lock'"
+            # The requeue's text is cut (track_activity_query_size) before its ON CONFLICT.
+            " AND (query LIKE '%ON CONFLICT%' OR query LIKE 'WITH requeued AS%')",
         )
         if rows[0]["n"]:
             return

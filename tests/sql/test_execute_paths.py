@@ -108,7 +108,8 @@ def test_errors_are_wrapped_alike_on_both_paths(
             q.cancel(locked_row)  # waits on the row lock, then lock_timeout
         assert type(caught.value.orig).__name__ == "LockNotAvailable"
         assert caught.value.statement is not None and "DELETE FROM" in caught.value.statement
-        assert caught.value.params == {"p_queue": "paths", "p_job_id": locked_row}
+        # The caller's values, beside the statement's own constants (G2's step states).
+        assert caught.value.params.items() >= {"p_queue": "paths", "p_job_id": locked_row}.items()
         assert not caught.value.connection_invalidated
         assert q.get_job(locked_row) is not None  # the connection went back healthy
     finally:

@@ -28,6 +28,8 @@ from alkstore_sa._db.sql import (
     queue_admin,
     queue_wide,
     stats,
+    workflow,
+    workflow_reads,
 )
 from alkstore_sa._values.job import LIVE_COLUMNS
 from alkstore_sa.schema import jobs
@@ -131,13 +133,50 @@ EXPECTED: dict[str, set[str]] = {
     "periodic.first_sight": {"p_name", "p_slot"},
     "periodic.advance": {"p_name", "p_slot"},
     "periodic.last_slots": set(),
+    "workflow.draw_ids": {"p_name", "p_jobs_table", "p_n"},
+    "workflow.insert_steps": {
+        "p_workflow_id",
+        "p_ids",
+        "p_queues",
+        "p_channels",
+        "p_payloads",
+        "p_prioritys",
+        "p_run_ats",
+        "p_delays",
+        "p_max_attemptss",
+        "p_visibility_timeouts",
+        "p_expires_ins",
+        "p_unique_keys",
+        "p_keep_completeds",
+        "p_remainings",
+        "p_ups",
+        "p_downs",
+    },
+    "workflow.promote_roots": {"p_workflow_id"},
+    "workflow.taken_keys": {"p_queues", "p_unique_keys"},
+    "workflow.sweep_finished": {"p_queue"},
+    "workflow_reads.waiting_job": {"p_queue", "p_job_id"},
+    "workflow_reads.workflow_status": {"p_workflow_id"},
+    "workflow_reads.workflow_steps_of": {"p_workflow_id"},
+    "workflow_reads.workflow_edges_of": {"p_workflow_id"},
 }
 
 
 def _builders() -> dict[str, Callable[[], Any]]:
     """Every cached, argument-free statement builder the sql modules define."""
     found: dict[str, Callable[[], Any]] = {}
-    for mod in (claim, dashboard, enqueue, handle, periodic, queue_admin, queue_wide, stats):
+    for mod in (
+        claim,
+        dashboard,
+        enqueue,
+        handle,
+        periodic,
+        queue_admin,
+        queue_wide,
+        stats,
+        workflow,
+        workflow_reads,
+    ):
         assert isinstance(mod, ModuleType)
         short = mod.__name__.rsplit(".", 1)[1]
         for name, obj in vars(mod).items():
@@ -214,7 +253,17 @@ def test_builder_maps_to_any_schema(name: str) -> None:
         schema_translate_map={"alkstore": "tenant_b"},
         render_schema_translate=True,
     )
-    tables = ("jobs", "dead_jobs", "paused_queues", "periodic", "throughput", "completed_jobs")
+    tables = (
+        "jobs",
+        "dead_jobs",
+        "paused_queues",
+        "periodic",
+        "throughput",
+        "completed_jobs",
+        "workflows",
+        "workflow_steps",
+        "workflow_edges",
+    )
     assert any(f"tenant_b.{table}" in compiled.string for table in tables)
     assert "alkstore." not in compiled.string
 
@@ -321,7 +370,9 @@ def test_rows_read_by_position_come_in_live_column_order() -> None:
     for build in CLAIMS:
         assert tuple(c.name for c in build().exported_columns) == LIVE_COLUMNS
     extras = ("died_at", "result", "finished_at")
-    assert tuple(queue_wide.get_job().selected_columns.keys()) == (*LIVE_COLUMNS, *extras)
+    # G1: get_job's rows end with waiting_on (a waiting step's upstreams not acked).
+    got = tuple(queue_wide.get_job().selected_columns.keys())
+    assert got == (*LIVE_COLUMNS, *extras, "waiting_on")
     # jobs.* is the live columns plus internal ones never read back: deadline_floor
     # (H1), parked and claim_at (S3).
     internal = {"deadline_floor", "parked", "claim_at"}

@@ -8,7 +8,16 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from alkstore_sa import AsyncStore, AsyncWorker, EnqueueOpts, Store, Tasks, Worker
+from alkstore_sa import (
+    AsyncStore,
+    AsyncWorker,
+    EnqueueOpts,
+    Store,
+    Tasks,
+    Worker,
+    Workflow,
+    WorkflowRun,
+)
 
 store = Store.from_url("postgresql+psycopg://localhost/x")
 astore = AsyncStore.from_url("postgresql+psycopg://localhost/x")
@@ -54,3 +63,13 @@ async def main(session: AsyncSession) -> None:
     await asend.defer(1)  # E: call-overload
     await asend.configure(session=session).defer(1)  # E: arg-type call-arg
     await asend.configure(session=session).defer(order_id="x")  # E: arg-type
+
+
+# G1: workflows.
+wf = Workflow(store, name="import")
+wf.add(send_receipt, order_id="x")  # E: call-overload
+wf.add(send_receipt, orderid=1)  # E: call-overload
+wf.add(send_receipt, 1)  # E: call-overload
+wf.add_job(store.queue("q"), "text")  # E: arg-type
+wf_run: WorkflowRun = Workflow(astore, name="a").defer()  # E: assignment
+Workflow(store)  # E: call-overload

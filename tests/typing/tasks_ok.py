@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from alkstore_sa import AsyncStore, AsyncWorker, EnqueueOpts, Periodic, Store, Tasks, Worker
+from alkstore_sa import (
+    AsyncStore,
+    AsyncWorker,
+    EnqueueOpts,
+    Periodic,
+    Step,
+    Store,
+    Tasks,
+    Worker,
+    Workflow,
+    WorkflowRun,
+)
 
 store = Store.from_url("postgresql+psycopg://localhost/x")
 astore = AsyncStore.from_url("postgresql+psycopg://localhost/x")
@@ -69,3 +81,14 @@ async def main(session: AsyncSession) -> None:
 
 worker = Worker(tasks, periodic=[Periodic("nightly", "@daily", send_receipt, {"order_id": 1})])
 aworker = AsyncWorker(atasks, concurrency=4)
+
+
+# G1: workflows (a task step is checked like defer; defer's return by face).
+wf = Workflow(store, name="import")
+step_a: Step = wf.add(send_receipt, order_id=1)
+step_b: Step = wf.add(send_receipt, after=[step_a], order_id=2)
+step_c: Step = wf.add(send_receipt, opts=EnqueueOpts(priority=1), order_id=3)
+step_d: Step = wf.add_job(store.queue("q"), b"", after=[step_b, step_c])
+run: WorkflowRun = wf.defer()
+job_id = run.job_ids[step_d]
+arun: Awaitable[WorkflowRun] = Workflow(astore, name="import").defer()

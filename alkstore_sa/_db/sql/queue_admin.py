@@ -136,6 +136,7 @@ def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
         "trace_context",
         "unique_key",
         "keep_completed",  # R1: the stamp goes back with the job
+        "workflow_id",  # G2: a requeued step goes back to its workflow
     )
     source = (
         select(

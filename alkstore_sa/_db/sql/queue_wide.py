@@ -9,6 +9,7 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     CompoundSelect,
     Interval,
@@ -20,12 +21,14 @@ from sqlalchemy import (
     delete,
     literal,
     null,
+    or_,
     select,
     true,
+    update,
 )
 from sqlalchemy.sql.dml import ReturningDelete
 
-from ...schema import completed_jobs, dead_jobs, jobs, metadata
+from ...schema import completed_jobs, dead_jobs, jobs, metadata, workflow_steps
 from ._common import (
     NOW,
     completed_row_columns,
@@ -39,6 +42,7 @@ from ._common import (
     queue_param,
 )
 from .lapsed import bury_lapsed_exhausted
+from .workflow_reads import waiting_job
 
 __all__ = [
     "EXPIRED_ERROR",
@@ -93,36 +97,61 @@ def purge_completed() -> ReturningDelete[tuple[int]]:
 
 
 @cache
-def cancel() -> Select[tuple[int]]:
-    """Q23: delete a live row of this queue, whatever its state.
+def cancel() -> CompoundSelect[tuple[int]]:
+    """Q23: delete a live row of this queue, whatever its state; G2: a step too.
 
     C1: a claimed (processing) row is named on ``:control_channel`` too, so
-    the worker running it stops it (``notify_cancelled``).
+    the worker running it stops it (``notify_cancelled``).  A workflow step
+    (waiting, or live) is marked cancelled in the same statement; a trigger
+    on that mark cancels its waiting downstream steps (migration 0013), and
+    the row's delete trigger then finds it cancelled, not acked.  For a job
+    of no workflow the mark is one primary-key probe that finds nothing.
+    One row per cancelled id (a live step: twice).
     """
-    gone = (
-        delete(jobs)
+    job_id = bindparam("p_job_id", type_=BigInteger)
+    marked = (
+        update(workflow_steps)
         .where(
-            jobs.c.id == bindparam("p_job_id", type_=BigInteger),
-            jobs.c.queue == queue_param(),
+            workflow_steps.c.id == job_id,
+            workflow_steps.c.queue == queue_param(),
+            or_(*(workflow_steps.c.state == state for state in _CANCELLABLE)),
         )
-        .returning(jobs.c.id, jobs.c.status)
-        .cte("cancelled")
+        .values(state="cancelled", payload=None)
+        .returning(workflow_steps.c.id)
+        .cte("marked")
     )
-    told = notify_cancelled(gone)
-    return select(gone.c.id).select_from(gone.outerjoin(told, true()))
+    deleted = (
+        delete(jobs)
+        .where(jobs.c.id == job_id, jobs.c.queue == queue_param())
+        .returning(jobs.c.id, jobs.c.status)
+        .cte("deleted")
+    )
+    told = notify_cancelled(deleted)
+    return select(deleted.c.id).select_from(deleted.outerjoin(told, true())).union_all(
+        select(marked.c.id)
+    )
+
+
+# The states of a step a cancel still changes (bound, never pasted).
+_CANCELLABLE = ("waiting", "live")
 
 
 @cache
 def get_job() -> CompoundSelect[Any]:
-    """Q24: the live row, else the dead one, else the kept completed one (R1)."""
+    """Q24: the live row, else the dead one, else the kept completed one (R1),
+    else a waiting workflow step (G1); each row ends with ``waiting_on``
+    (the step's unacked upstream ids; NULL for the other three)."""
     job_id = bindparam("p_job_id", type_=BigInteger)
     queue = queue_param()
-    live = select(*live_row_columns()).where(jobs.c.id == job_id, jobs.c.queue == queue)
-    dead = select(*dead_row_columns()).where(dead_jobs.c.id == job_id, dead_jobs.c.queue == queue)
-    kept = select(*completed_row_columns()).where(
+    none = null().cast(ARRAY(BigInteger)).label("waiting_on")
+    live = select(*live_row_columns(), none).where(jobs.c.id == job_id, jobs.c.queue == queue)
+    dead = select(*dead_row_columns(), none).where(
+        dead_jobs.c.id == job_id, dead_jobs.c.queue == queue
+    )
+    kept = select(*completed_row_columns(), none).where(
         completed_jobs.c.id == job_id, completed_jobs.c.queue == queue
     )
-    return live.union_all(dead, kept)
+    return live.union_all(dead, kept, waiting_job())
 
 
 @cache
