@@ -127,8 +127,10 @@ def cancel() -> CompoundSelect[tuple[int]]:
         .cte("deleted")
     )
     told = notify_cancelled(deleted)
-    return select(deleted.c.id).select_from(deleted.outerjoin(told, true())).union_all(
-        select(marked.c.id)
+    return (
+        select(deleted.c.id)
+        .select_from(deleted.outerjoin(told, true()))
+        .union_all(select(marked.c.id))
     )
 
 
