@@ -47,6 +47,7 @@ LIVE_COLUMNS = (
     "trace_context",
     "unique_key",
     "keep_completed",
+    "grp",
 )
 
 # B2: how many of a job's errors it keeps (the newest).
@@ -217,6 +218,8 @@ class Job:
     finished_at: datetime | None = None
     # R1: the stamp: seconds it is kept once acked; None = deleted at its ack.
     keep_completed: float | None = None
+    # F3: the job's group (EnqueueOpts.group), None without one.
+    group: str | None = None
 
     @classmethod
     def from_live(
@@ -252,6 +255,7 @@ class Job:
             trace_context,
             unique_key,
             keep,
+            group,
         ) = row
         return cls(
             id_,
@@ -275,6 +279,7 @@ class Job:
             None if result is None else bytes(result),
             finished_at,
             None if keep is None else _seconds(keep),
+            group,
         )
 
 

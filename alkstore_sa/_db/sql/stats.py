@@ -89,7 +89,7 @@ def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[An
         .where(completed_jobs.c.queue == queue)
         .lateral("completed")
     )
-    paused = exists().where(paused_queues.c.queue == queue)
+    paused = exists().where(paused_queues.c.queue == queue, paused_queues.c.paused_at.is_not(None))
     columns: list[ColumnElement[Any]] = [
         waiting.c.due,
         waiting.c.scheduled,
@@ -147,9 +147,12 @@ def _all_queue_names(recent: bool = False) -> Select[tuple[str]]:
         _distinct_queues(dead_jobs, name="dead_queues"),
     ]
     found = [select(s.c.queue).where(s.c.queue.is_not(None)) for s in sources]
+    settings = select(paused_queues.c.queue)
     if recent:
         found.append(select(throughput.c.queue).where(throughput.c.minute >= last_hour()))
-    return union(*found, select(paused_queues.c.queue))  # type: ignore[return-value]
+    else:  # O6 names paused queues; the dashboard (recent, V2) also limited ones
+        settings = settings.where(paused_queues.c.paused_at.is_not(None))
+    return union(*found, settings)  # type: ignore[return-value]
 
 
 def last_hour() -> ColumnElement[Any]:
