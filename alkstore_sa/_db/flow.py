@@ -36,6 +36,7 @@ __all__ = [
     "freed",
     "has_limits",
     "limits",
+    "limits_from",
     "set_limits",
 ]
 
@@ -80,7 +81,8 @@ def _limit_values(limits: Limits) -> dict[str, Any]:
     }
 
 
-def _limits_from(row: Row) -> Limits | None:
+def limits_from(row: Row) -> Limits | None:
+    """F1: the settings row's limit columns as ``Limits``; None when none is set."""
     conc, gconc, rate_n, rate_per, grate_n, grate_per = row
     found = Limits(
         concurrency=conc,
@@ -93,12 +95,14 @@ def _limits_from(row: Row) -> Limits | None:
 
 def limits(conn: Connection, *, address: QueueAddress) -> Limits | None:
     rows = fetch(conn, address, flow_sql.limits_of(), {"p_queue": address.queue})
-    return _limits_from(rows[0]) if rows else None
+    return limits_from(rows[0]) if rows else None
 
 
 def has_limits(conn: Connection, address: QueueAddress) -> bool:
-    rows = fetch(conn, address, flow_sql.has_limits(), {"p_queue": address.queue})
-    return bool(rows[0][0])
+    # Unprepared like the operators' reads (``execute.fetch``): it runs only
+    # after an empty claim, and prepared statements stay the hot path's.
+    params = {"p_queue": address.queue}
+    return bool(fetch(conn, address, flow_sql.has_limits(), params, custom_plan=True)[0][0])
 
 
 def freed(conn: Connection, *, address: QueueAddress, group_concurrency: int | None) -> int:
@@ -124,7 +128,7 @@ def claim_rows(
             flow.group_concurrency = None
             return _claim(conn, address, worker_id, n, Limits())
         paused_at, *limit_row = locked[0]
-        found = _limits_from(limit_row)
+        found = limits_from(limit_row)
         flow.limited = found is not None
         flow.group_concurrency = None if found is None else found.group_concurrency
         if paused_at is not None:  # O4, F5: a paused queue claims nothing

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
+from .limits import Limits
+
 __all__ = [
     "ERROR_HISTORY_LIMIT",
     "JOB_STATUSES",
@@ -325,3 +327,10 @@ class QueueStats:
     paused: bool
     # R1: kept completed jobs not swept yet.
     completed: int = 0
+    # F1: the queue's limits, None when it has none.
+    limits: Limits | None = None
+
+    @property
+    def slots_in_use(self) -> int:
+        """F2: live claims -- processing rows whose claim has not lapsed."""
+        return self.processing - self.lapsed

@@ -215,3 +215,17 @@ def test_f5_a_paused_limited_queue_claims_nothing_and_buries_nothing(
     assert q.claim_batch("w", 5) == []
     assert q.resume() is True
     assert len(q.claim_batch("w", 5)) == 1
+
+
+def test_f1_stats_show_the_limits_and_the_slots_in_use(qs: Any, engine: Engine) -> None:
+    q = qs.queue("f1-stats")
+    q.enqueue_many([b"a", b"b", b"c"])
+    assert q.stats().limits is None
+    q.set_limits(Limits(concurrency=2, group_concurrency=1))
+    [a, _b] = q.claim_batch("w", 3)
+    stats = q.stats()
+    assert stats.limits == Limits(concurrency=2, group_concurrency=1)
+    assert stats.slots_in_use == 2 and stats.paused is False
+    lapse(engine, a.id)
+    assert q.stats().slots_in_use == 1
+    assert qs.stats()["f1-stats"].limits == Limits(concurrency=2, group_concurrency=1)

@@ -49,6 +49,13 @@ STATS_COLUMNS = (
     "now",
     "paused",
     "completed",  # R1: kept completed jobs
+    # F1: the queue's limits (NULL: none), flow.LIMIT_COLUMNS' order.
+    "concurrency",
+    "group_concurrency",
+    "rate_count",
+    "rate_per",
+    "group_rate_count",
+    "group_rate_per",
 )
 
 
@@ -102,7 +109,14 @@ def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[An
         paused.label("paused"),
         completed.c.completed,
     ]
-    return waiting.join(held, true()).join(dead, true()).join(completed, true()), columns
+    limits = (
+        select(*(paused_queues.c[name] for name in STATS_COLUMNS[-6:]))
+        .where(paused_queues.c.queue == queue)
+        .lateral("limits")
+    )
+    columns += [limits.c[name] for name in STATS_COLUMNS[-6:]]
+    parts = waiting.join(held, true()).join(dead, true()).join(completed, true())
+    return parts.outerjoin(limits, true()), columns
 
 
 @cache
