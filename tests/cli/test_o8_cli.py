@@ -32,6 +32,8 @@ STATS_KEYS = [
     "oldest_due_age",
     "paused",
     "completed",  # R1: kept acked jobs
+    "limits",  # F1: the queue's limits (None: none)
+    "slots_in_use",  # F2: live claims
 ]
 
 
