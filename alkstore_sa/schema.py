@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "completed_jobs",
     "dead_jobs",
+    "flow_rates",
     "jobs",
     "metadata",
     "paused_queues",
@@ -69,6 +70,8 @@ _EARLIEST = "'0001-01-02 00:00:00+00'::timestamptz"
 _LATEST = "'9999-12-30 00:00:00+00'::timestamptz"
 _MAX_VT = "'1000000000 seconds'::interval"
 _ERRORS_ARRAY = "errors IS NULL OR jsonb_typeof(errors) = 'array'"
+_GROUPED = "status = 'pending' AND %s AND grp IS NOT NULL"
+_HELD_KEYS = ("queue", "grp", text("priority DESC"), "run_at", "id")
 
 
 def _times(required: list[str], optional: list[str]) -> str:
@@ -188,23 +191,10 @@ jobs = Table(
         unique=True,
         postgresql_where=text("unique_key IS NOT NULL"),
     ),
-    # F3: a group's unparked pending rows: what a claim parks at the group's limit.
-    Index(
-        "jobs_group_ix",
-        "queue",
-        "grp",
-        postgresql_where=text("status = 'pending' AND NOT parked AND grp IS NOT NULL"),
-    ),
-    # F3: a group's parked rows in claim order: what a freed slot promotes.
-    Index(
-        "jobs_held_ix",
-        "queue",
-        "grp",
-        text("priority DESC"),
-        "run_at",
-        "id",
-        postgresql_where=text("status = 'pending' AND parked AND grp IS NOT NULL"),
-    ),
+    # F3: a group's unparked pending rows (what a claim parks at the group's limit)
+    # and its parked ones in claim order (what a freed slot promotes).
+    Index("jobs_group_ix", "queue", "grp", postgresql_where=text(_GROUPED % "NOT parked")),
+    Index("jobs_held_ix", *_HELD_KEYS, postgresql_where=text(_GROUPED % "parked")),
 )
 
 dead_jobs = Table(
@@ -305,6 +295,15 @@ paused_queues = Table(
         ),
         name="limits",
     ),
+)
+
+# F4: claim times in the rate's window, per queue (grp '') and (queue, group).
+flow_rates = Table(
+    "flow_rates",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("grp", Text, primary_key=True),
+    Column("claimed", ARRAY(_TZ), nullable=False),
 )
 
 # P1: a row per periodic schedule (by name) with the last slot it fired; a

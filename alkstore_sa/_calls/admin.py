@@ -68,9 +68,6 @@ class QueueAdminCalls:
         """F1: replace every limit of the queue (None or an empty ``Limits`` removes them)."""
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError(f"limits must be Limits or None, got {type(limits).__name__}")
-        if limits is not None and (limits.rate is not None or limits.group_rate is not None):
-            # F4 is not built yet: a rate stored but not enforced would be a lie.
-            raise NotImplementedError("rate limits (F4) are not enforced by this version")
         return partial(_flow.set_limits, address=self.address, limits=limits)
 
     def limits(self) -> Call[Limits | None]:

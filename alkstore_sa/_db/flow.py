@@ -25,6 +25,7 @@ from .._values.limits import Limits, Rate
 from .execute import fetch
 from .sql import flow as flow_sql
 from .sql import flow_claim as flow_claim_sql
+from .sql import flow_rate as flow_rate_sql
 
 if TYPE_CHECKING:
     from .address import QueueAddress
@@ -56,6 +57,9 @@ class FlowState:
     limited: bool = False
     group_concurrency: int | None = None
     next_promote: float = 0.0
+    # F4: seconds from the last claim until the queue's rate lets one through
+    # again, when that claim was held back by it (None: it was not).
+    rate_wait: float | None = None
 
 
 def set_limits(conn: Connection, *, address: QueueAddress, limits: Limits | None) -> None:
@@ -138,7 +142,11 @@ def claim_rows(
             if now >= flow.next_promote:
                 flow.next_promote = now + PROMOTE_EVERY
                 freed(conn, address=address, group_concurrency=found.group_concurrency)
-        return _claim(conn, address, worker_id, n, found or Limits())
+        rows = _claim(conn, address, worker_id, n, found or Limits())
+        flow.rate_wait = None
+        if found is not None and len(rows) < n:
+            flow.rate_wait = _rate_wait(conn, address, found)
+        return rows
 
     return in_transaction(conn, both)
 
@@ -150,11 +158,20 @@ def _claim(
         "p_queue": address.queue,
         "p_worker_id": worker_id,
         "p_n": n,
-        "p_concurrency": limits.concurrency,
-        "p_group_concurrency": limits.group_concurrency,
         "p_hold_limit": flow_claim_sql.HOLD_LIMIT,
+        **_limit_values(limits),
     }
     return fetch(conn, address, flow_claim_sql.claim_limited(), params)
+
+
+def _rate_wait(conn: Connection, address: QueueAddress, limits: Limits) -> float | None:
+    """F4: after a claim that got fewer than it asked for, how long until the queue's
+    rate lets a claim through (None: no queue rate, or it is not what held it back)."""
+    if limits.rate is None:
+        return None
+    params = {"p_queue": address.queue, **_limit_values(limits)}
+    rows = fetch(conn, address, flow_rate_sql.next_allowed(), params)
+    return float(rows[0][0]) if rows and rows[0][0] is not None else None
 
 
 def in_transaction(conn: Connection, call: Callable[[], T]) -> T:

@@ -34,6 +34,8 @@ def test_f1_cli_limits_changes_what_it_names_and_keeps_the_rest(
     assert shown["rate"] is None and shown["slots_in_use"] == 0
     code, out, _ = _run(database_url, capsys, "stats", "cli-q", "--json")
     assert json.loads(out)["cli-q"]["limits"]["concurrency"] == 4
+    code, out, _ = _run(database_url, capsys, "limits", "cli-q", "--rate", "100/60")
+    assert code == 0 and "rate=100/60s" in out and "concurrency=4" in out
     assert _run(database_url, capsys, "limits", "cli-q", "--clear")[0] == 0
     with Store(engine) as store:
         assert store.queue("cli-q").limits() is None

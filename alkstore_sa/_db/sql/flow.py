@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from ...schema import jobs, paused_queues
+from ...schema import flow_rates, jobs, paused_queues
 from ._common import NOW, id_among, queue_param, this_queue, unexpired
 
 __all__ = [
@@ -126,7 +126,7 @@ def set_limits() -> Select[Any]:
 @cache
 def clear_limits() -> Select[Any]:
     """F1: ``:queue`` has no limits any more (a pause stays); its group-parked rows
-    return to the claim's range.  Wakes ``:channel``
+    return to the claim's range and its rate history (F4) goes.  Wakes ``:channel``
     once when it had limits."""
     no_limits = {name: None for name in LIMIT_COLUMNS}
     had_limits = [settings.c[name].is_not(None) for name in LIMIT_COLUMNS]
@@ -143,9 +143,15 @@ def clear_limits() -> Select[Any]:
         .returning(settings.c.queue)
         .cte("removed")
     )
+    rates = (
+        delete(flow_rates)
+        .where(flow_rates.c.queue == queue_param())
+        .returning(flow_rates.c.grp)
+        .cte("rates")
+    )
     changed = union_all(select(cleared.c.queue), select(removed.c.queue)).subquery("changed")
     wake = _wake_if(changed)
-    return select(func.count()).select_from(wake).add_cte(_unpark_groups())
+    return select(func.count()).select_from(wake).add_cte(_unpark_groups()).add_cte(rates)
 
 
 @cache

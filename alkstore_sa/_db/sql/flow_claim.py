@@ -47,6 +47,7 @@ from sqlalchemy import (
 
 from ...schema import jobs
 from ._common import LIVE, NOW, id_among, this_queue, unexpired
+from .flow_rate import group_rate_used, log_claims, queue_rate_room
 from .lapsed import bury_exhausted_of, lapsed_rows, reclaimable_of
 
 __all__ = ["HOLD_LIMIT", "claim_limited"]
@@ -94,25 +95,34 @@ def claim_limited() -> Update:
     reclaim = reclaimable_of(lapsed, grouped=True)
     both = union_all(select(due), select(reclaim)).subquery("both")
     order = (both.c.priority.desc(), both.c.run_at, both.c.id)
+    rated = group_rate_used(select(both.c.grp).where(both.c.grp.is_not(None)))
+    zero = literal(0, type_=Integer)
     ranked = (
         select(
             both.c.id,
             both.c.grp,
             func.row_number().over(order_by=order).label("nth"),
             func.row_number().over(partition_by=both.c.grp, order_by=order).label("in_group"),
-            func.coalesce(busy.c.used, literal(0, type_=Integer)).label("used"),
+            func.coalesce(busy.c.used, zero).label("used"),
+            func.coalesce(rated.c.used, zero).label("rated"),
         )
-        .select_from(both.outerjoin(busy, busy.c.grp == both.c.grp))
+        .select_from(
+            both.outerjoin(busy, busy.c.grp == both.c.grp).outerjoin(
+                rated, rated.c.grp == both.c.grp
+            )
+        )
         .cte("ranked")
     )
+    grc = bindparam("p_group_rate_count", type_=Integer)
     in_use = select(func.count()).select_from(live).scalar_subquery()
     room = func.greatest(literal(0, type_=Integer), func.coalesce(conc - in_use, n))
     fits = ranked.c.grp.is_(None) | gconc.is_(None) | (ranked.c.in_group + ranked.c.used <= gconc)
+    fits_rate = ranked.c.grp.is_(None) | grc.is_(None) | (ranked.c.in_group + ranked.c.rated <= grc)
     picked = (
         select(ranked.c.id, ranked.c.grp)
-        .where(fits)
+        .where(fits, fits_rate)
         .order_by(ranked.c.nth)
-        .limit(func.least(n, room))
+        .limit(func.least(n, room, queue_rate_room(n)))
         .cte("picked")
     )
     # Groups full once this claim is done: their other pending rows are parked.
@@ -154,4 +164,5 @@ def claim_limited() -> Update:
         .returning(*LIVE)
         .add_cte(bury_exhausted_of(lapsed))
         .add_cte(hold.cte("hold"))
+        .add_cte(*log_claims(picked))
     )

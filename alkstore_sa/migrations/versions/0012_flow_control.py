@@ -7,6 +7,7 @@ Create Date: 2026-12-02
 ``paused_queues`` becomes a queue's settings row: ``paused_at`` turns
 nullable (NULL: limits only) and the limits are added as nullable columns,
 so every pause in force stays a row with its ``paused_at``, unchanged.
+``flow_rates`` holds the claim times a rate counts (F4).
 ``grp`` (F3, a job's group) is a nullable text column on ``jobs``,
 ``dead_jobs`` and ``completed_jobs``: NULL for every job at the upgrade.
 Adding nullable
@@ -21,6 +22,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.dialects import postgresql
 
 from alkstore_sa.migrations import migration_schema
 
@@ -74,9 +76,19 @@ def upgrade() -> None:
         postgresql_where=sa.text("status = 'pending' AND parked AND grp IS NOT NULL"),
     )
 
+    op.create_table(
+        "flow_rates",
+        sa.Column("queue", sa.Text(), nullable=False),
+        sa.Column("grp", sa.Text(), nullable=False),
+        sa.Column("claimed", postgresql.ARRAY(sa.DateTime(timezone=True)), nullable=False),
+        sa.PrimaryKeyConstraint("queue", "grp", name="flow_rates_pkey"),
+        schema=schema,
+    )
+
 
 def downgrade() -> None:
     schema = migration_schema()
+    op.drop_table("flow_rates", schema=schema)
     op.drop_index("jobs_held_ix", table_name="jobs", schema=schema)
     op.drop_index("jobs_group_ix", table_name="jobs", schema=schema)
     # Rows parked for their group (not expired) go back into the claim's range.
