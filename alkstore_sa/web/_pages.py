@@ -91,7 +91,8 @@ class Pages(DashboardBase):
         stats = await self._queue_stats(name)
         tp = await self._throughput(name)
         s = stats.value
-        if not (s.due or s.scheduled or s.processing or s.expired or s.dead or s.paused or tp):
+        known = s.due or s.scheduled or s.processing or s.expired or s.dead or s.paused
+        if not (known or s.limits is not None or tp):
             raise Refused(
                 404, f"no queue {name!r} (no jobs, dead letters, pause or recent throughput)"
             )
