@@ -229,3 +229,16 @@ def test_f1_stats_show_the_limits_and_the_slots_in_use(qs: Any, engine: Engine) 
     lapse(engine, a.id)
     assert q.stats().slots_in_use == 1
     assert qs.stats()["f1-stats"].limits == Limits(concurrency=2, group_concurrency=1)
+
+
+def test_f1_a_task_defers_into_a_group_through_opts(store: Any) -> None:
+    from alkstore_sa import Tasks
+
+    def send(order_id: int) -> None:
+        return None
+
+    task = Tasks(store).task(queue="f1-tasks")(send)
+    job_id = task.defer(order_id=1, opts=EnqueueOpts(group="tenant-7"))
+    again = task.configure(opts=EnqueueOpts(group="tenant-8")).defer(order_id=2)
+    q = store.queue("f1-tasks")
+    assert q.get_job(job_id).group == "tenant-7" and q.get_job(again).group == "tenant-8"

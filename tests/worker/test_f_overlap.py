@@ -39,8 +39,8 @@ SELECT coalesce(max(n), 0) AS peak FROM running
 """
 
 
-def _peak(engine: Engine, part: str, where: str = "true") -> int:
-    return int(sql(engine, PEAK.format(part=part, where=where))[0]["peak"])
+def _peak(engine: Engine, part: str, where: str = "true", **params: Any) -> int:
+    return int(sql(engine, PEAK.format(part=part, where=where), **params)[0]["peak"])
 
 
 def _start(cfg: dict[str, Any], log: Path) -> subprocess.Popen[str]:
@@ -65,10 +65,10 @@ def test_f2_f3_overlap_across_processes_stays_within_the_limits_through_a_kill(
     with Store(engine) as store:
         q = store.queue(queue, QueueOpts(visibility_timeout=1))
         q.set_limits(Limits(concurrency=conc, group_concurrency=gconc))
-        for g in range(5):
-            q.enqueue_many([b"x"] * 8, EnqueueOpts(group=f"g{g}"))
-        q.enqueue_many([b"y"] * 10)
-        total = 50
+        for g in range(4):
+            q.enqueue_many([b"x"] * 6, EnqueueOpts(group=f"g{g}"))
+        q.enqueue_many([b"y"] * 8)
+        total = 32
         url = database_url.render_as_string(hide_password=False)
         kinds = ["sync", *ASYNC_FACES][:3]
         procs = []
@@ -98,6 +98,9 @@ def test_f2_f3_overlap_across_processes_stays_within_the_limits_through_a_kill(
                 " WHERE pid = :pid AND ended IS NULL",
                 pid=victim.pid,
             )
+            # Lowered mid-drain: from the change on, at most 2 at once.
+            changed_at = sql(engine, "SELECT clock_timestamp() AS t")[0]["t"]
+            q.set_limits(Limits(concurrency=conc - 1, group_concurrency=gconc))
             wait_for(lambda: q.stats().due + q.stats().processing == 0, timeout=60)
         finally:
             for p in procs:
@@ -110,6 +113,13 @@ def test_f2_f3_overlap_across_processes_stays_within_the_limits_through_a_kill(
         spans = sql(engine, "SELECT count(DISTINCT job_id) AS n FROM flow_spans")[0]["n"]
         assert spans == total
     assert _peak(engine, "'queue'") <= conc
+    # Spans that started after the change (claims in flight then may still finish).
+    settled = sql(
+        engine,
+        "SELECT max(started) AS t FROM flow_spans WHERE started < :at",
+        at=changed_at,
+    )[0]["t"]
+    assert _peak(engine, "'queue'", "started > :settled", settled=settled) <= conc - 1
     assert _peak(engine, "grp", "grp IS NOT NULL") <= gconc
     # The limit was used, not merely respected: the jobs ran concurrently.
     assert _peak(engine, "'queue'") == conc
