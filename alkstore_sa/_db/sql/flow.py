@@ -263,6 +263,9 @@ def freed() -> Select[Any]:
         .where(*_held_in(held), held.c.grp == groups.c.grp, unexpired(held))
         .order_by(held.c.priority.desc(), held.c.run_at, held.c.id)
         .limit(func.greatest(literal(0, type_=Integer), gconc - busy - ready))
+        # Never wait: a claim runs this holding the settings-row lock, which a
+        # set_limits() holding such a row may be waiting for (a deadlock).
+        .with_for_update(skip_locked=True)
         .lateral("heads")
     )
     promote = (
