@@ -24,6 +24,7 @@ if _typing.TYPE_CHECKING:
         WorkerStartError,
     )
     from ._values.job import Job, JobError, QueueStats, SweepResult
+    from ._values.limits import Limits, Rate
     from ._values.opts import EnqueueOpts, QueueOpts
     from ._values.workers import WorkerInfo
     from .aio import AsyncJobHandle, AsyncQueue, AsyncStore
@@ -53,6 +54,7 @@ _HOMES = {
     **dict.fromkeys(["Job", "JobError", "QueueStats", "SweepResult"], "._values.job"),
     **dict.fromkeys(["EnqueueOpts", "QueueOpts"], "._values.opts"),
     "WorkerInfo": "._values.workers",
+    **dict.fromkeys(["Limits", "Rate"], "._values.limits"),
     **dict.fromkeys(["AsyncJobHandle", "AsyncQueue", "AsyncStore"], ".aio"),
     **dict.fromkeys(["JobHandle", "Queue", "Store"], ".store"),
     **dict.fromkeys(["AsyncTask", "Periodic", "Task", "Tasks"], ".tasks"),
@@ -77,10 +79,12 @@ __all__ = [
     "JobDeadError",
     "JobError",
     "JobHandle",
+    "Limits",
     "Periodic",
     "Queue",
     "QueueOpts",
     "QueueStats",
+    "Rate",
     "RetryJob",
     "SchemaMissingError",
     "SnoozeJob",

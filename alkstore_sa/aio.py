@@ -30,6 +30,7 @@ from ._db.keepalives import asyncpg_keepalives
 from ._db.owned import in_autocommit, own_connection
 from ._db.sqlstate import schema_errors
 from ._values.job import Job, JobStatus, QueueStats, SweepResult
+from ._values.limits import Limits
 from ._values.opts import EnqueueOpts, QueueOpts
 from ._values.workers import WorkerInfo
 from ._values.workflow import WorkflowStatus
@@ -254,6 +255,16 @@ class AsyncQueue(QueueFace[AsyncStore]):
         self._life.check_open()
         return await self._store._run(self._core.resume(), session)
 
+    async def set_limits(
+        self, limits: Limits | None, *, session: AsyncSessionLike | None = None
+    ) -> None:
+        self._life.check_open()  # F1: replace every limit; None removes them
+        await self._store._run(self._core.set_limits(limits), session)
+
+    async def limits(self) -> Limits | None:
+        self._life.check_open()
+        return await self._store._run(self._core.limits())
+
     async def stats(self) -> QueueStats:
         self._life.check_open()
         return await self._store._run(self._core.stats())
@@ -312,10 +323,8 @@ async def run_call(
     *,
     atomic: bool = False,
 ) -> T:
-    """Run ``call`` exactly as ``store``'s own methods do (lifecycle, errors, connection).
-
-    ``atomic``: in one transaction of its own (a multi-statement call like a sweep).
-    """
+    """Run ``call`` exactly as ``store``'s own methods do (lifecycle, errors, connection);
+    ``atomic``: in one transaction of its own (a multi-statement call like a sweep)."""
     return await store._run(call, session, atomic=atomic)
 
 

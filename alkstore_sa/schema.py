@@ -7,7 +7,7 @@ migrations create the same tables in whichever schema they are told.
 The hot table, ``jobs``, holds only live work (pending or processing): an
 ack deletes the row and a dead job moves to ``dead_jobs``, so the claim
 indexes stay small however much history a queue has.  ``paused_queues``
-holds one row per paused queue (O4), read by every claim.
+holds one row per paused or limited queue (O4, F1), read by every claim.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "completed_jobs",
     "dead_jobs",
+    "flow_rates",
     "jobs",
     "metadata",
     "paused_queues",
@@ -73,6 +74,8 @@ _EARLIEST = "'0001-01-02 00:00:00+00'::timestamptz"
 _LATEST = "'9999-12-30 00:00:00+00'::timestamptz"
 _MAX_VT = "'1000000000 seconds'::interval"
 _ERRORS_ARRAY = "errors IS NULL OR jsonb_typeof(errors) = 'array'"
+_GROUPED = "status = 'pending' AND %s AND grp IS NOT NULL"
+_HELD_KEYS = ("queue", "grp", text("priority DESC"), "run_at", "id")
 
 
 def _times(required: list[str], optional: list[str]) -> str:
@@ -107,32 +110,25 @@ jobs = Table(
     Column("trace_context", JSONB),
     # U1: the job's unique key; NULL for a job without one.
     Column("unique_key", Text),
-    # Heartbeats without index churn: a lower bound on claim_deadline, set by
-    # the claim and lowered (never raised) by a heartbeat that shortens the
-    # claim.  The lapse index keys on this instead of claim_deadline, so a
-    # heartbeat that extends a claim changes no indexed column and can be a
-    # HOT update (no index entries, no dead index tuples for the claim to
-    # step over).  Internal: not a Job field; the contract's deadline is
-    # claim_deadline.
+    # Heartbeats without index churn (internal): a lower bound on claim_deadline,
+    # never raised by a heartbeat, which the lapse index keys on so that an
+    # extending heartbeat changes no indexed column (a HOT update).
     Column("deadline_floor", _TZ),
-    # Parking: an expired pending row the claim has set aside for the sweep
-    # (``_sql/claim.park``).  It stays pending and expired, as the contract
-    # says, until sweep_expired() moves it (Q25); parking only takes it out
-    # of the claim's index range, so claims stop reading it.  Internal.
+    # Parking (internal): a pending row out of the claim's index range -- an
+    # expired one awaiting the sweep (S3, ``_sql/claim.park``), or one whose
+    # group is at its limit (F3, ``_sql/flow_claim.py``).
     Column("parked", Boolean, nullable=False, server_default=text("false")),
-    # Parking: the claim index's time key: run_at, or +infinity once parked (never
-    # due, so never in the due range a claim scans).  Computed by PostgreSQL
-    # from the row, so no statement that sets run_at can forget it; for an
-    # unparked row it is run_at, so the claim order (Q9) is unchanged.
+    # The claim index's time key: run_at, or +infinity once parked (never in
+    # the due range); computed, so no statement that sets run_at forgets it.
     Column(
         "claim_at",
         _TZ,
         Computed("CASE WHEN parked THEN 'infinity'::timestamptz ELSE run_at END", persisted=True),
         nullable=False,
     ),
-    # R1: how long the job is kept once acked (the stamp, resolved at
-    # enqueue); NULL (the default) deletes it at its ack, as Q16 says.
+    # R1: how long the job is kept once acked (resolved at enqueue); NULL: deleted.
     Column("keep_completed", Interval),
+    Column("grp", Text),  # F3: the job's group (EnqueueOpts.group), or NULL
     # G1: the workflow this job is a step of (migration 0013); NULL for every
     # other job.  The workflow triggers fire only for rows where it is set.
     Column("workflow_id", BigInteger),
@@ -175,9 +171,8 @@ jobs = Table(
         "expires_at",
         postgresql_where=text("status = 'pending' AND NOT parked AND expires_at IS NOT NULL"),
     ),
-    # Migration 0007 also sets fillfactor = 70 on this table (room on each
-    # page for a heartbeat's HOT update); not declared here, since
-    # Alembic does not compare storage parameters.
+    # Migration 0007 also sets fillfactor = 70 (room for HOT heartbeats); not
+    # declared here, since Alembic does not compare storage parameters.
     # Lapsed claims: reclaimed or dead-lettered before each claim (Q12).
     # Candidates by deadline_floor, each re-checked against claim_deadline.
     Index(
@@ -203,6 +198,10 @@ jobs = Table(
         unique=True,
         postgresql_where=text("unique_key IS NOT NULL"),
     ),
+    # F3: a group's unparked pending rows (what a claim parks at the group's limit)
+    # and its parked ones in claim order (what a freed slot promotes).
+    Index("jobs_group_ix", "queue", "grp", postgresql_where=text(_GROUPED % "NOT parked")),
+    Index("jobs_held_ix", *_HELD_KEYS, postgresql_where=text(_GROUPED % "parked")),
 )
 
 dead_jobs = Table(
@@ -243,14 +242,13 @@ dead_jobs = Table(
     Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
     # Added by 0011: the job's R1 stamp, kept so a requeue restores it.
     Column("keep_completed", Interval),
+    Column("grp", Text),  # added by 0012: the job's group (F3), for a requeue
     # Added by 0013: the workflow of a step (G2), kept so a requeue restores it.
     Column("workflow_id", BigInteger),
 )
 
 # R1: acked jobs stamped with keep_completed, moved here by the ack's own
-# statement (so in its transaction) with their result, and deleted by
-# sweep_expired() once keep_until has passed.  Cold like dead_jobs: the hot
-# table never holds them.
+# statement with their result; sweep_expired() deletes them after keep_until.
 completed_jobs = Table(
     "completed_jobs",
     metadata,
@@ -274,6 +272,7 @@ completed_jobs = Table(
     Column("result", LargeBinary),
     Column("finished_at", _TZ, nullable=False),
     Column("keep_until", _TZ, nullable=False),
+    Column("grp", Text),  # added by 0012 (F3)
     # Added by 0013: the workflow of a kept step (G1).
     Column("workflow_id", BigInteger),
     # The sweep deletes by (queue, keep_until); listings go by id.
@@ -281,13 +280,41 @@ completed_jobs = Table(
     Index("completed_jobs_queue_id_ix", "queue", "id"),
 )
 
-# O4: a row per paused queue; every claim looks its queue up here (by the
-# primary key) in the same statement, so a pause is seen at once.
+# O4, F1: a settings row per queue paused (paused_at) or limited, or both.
+# A limited queue looks paused to the unlimited claim (_db/flow.py).
+_RATES = ("rate", "group_rate")
 paused_queues = Table(
     "paused_queues",
     metadata,
     Column("queue", Text, primary_key=True),
-    Column("paused_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
+    Column("paused_at", _TZ, nullable=True, server_default=text("statement_timestamp()")),
+    Column("concurrency", Integer),
+    Column("group_concurrency", Integer),
+    *(Column(c, t) for r in _RATES for c, t in ((f"{r}_count", Integer), (f"{r}_per", Interval))),
+    CheckConstraint(
+        "paused_at IS NOT NULL OR concurrency IS NOT NULL OR group_concurrency IS NOT NULL"
+        " OR rate_count IS NOT NULL OR group_rate_count IS NOT NULL",
+        name="in_use",
+    ),
+    CheckConstraint(
+        "(concurrency IS NULL OR concurrency >= 1)"
+        " AND (group_concurrency IS NULL OR group_concurrency >= 1)"
+        + "".join(
+            f" AND ({r}_count IS NULL) = ({r}_per IS NULL)"
+            f" AND ({r}_count IS NULL OR ({r}_count >= 1 AND {r}_per > interval '0'))"
+            for r in _RATES
+        ),
+        name="limits",
+    ),
+)
+
+# F4: claim times in the rate's window, per queue (grp '') and (queue, group).
+flow_rates = Table(
+    "flow_rates",
+    metadata,
+    Column("queue", Text, primary_key=True),
+    Column("grp", Text, primary_key=True),
+    Column("claimed", ARRAY(_TZ), nullable=False),
 )
 
 # P1: a row per periodic schedule (by name) with the last slot it fired; a
@@ -302,11 +329,9 @@ periodic = Table(
     Column("updated_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
 )
 
-# W2: how many jobs Workers acked, retried and dead-lettered, per queue and
-# minute (the database's clock).  Workers add their tallies here about once
-# a second, one upsert per queue, never per job; rows older than a couple of
-# hours are deleted by the same statement, so the table stays a few rows
-# per queue.  Read by the dashboard's throughput chart.
+# W2: jobs acked, retried and dead-lettered per queue and minute (database
+# clock): one upsert per queue about once a second, which also deletes rows
+# older than a couple of hours.  Read by the dashboard's throughput chart.
 throughput = Table(
     "throughput",
     metadata,

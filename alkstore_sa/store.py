@@ -26,6 +26,7 @@ from ._db.engines import check_engine, owned_engine_args
 from ._db.owned import in_autocommit, own_connection
 from ._db.sqlstate import schema_errors
 from ._values.job import Job, JobStatus, QueueStats, SweepResult
+from ._values.limits import Limits
 from ._values.opts import EnqueueOpts, QueueOpts
 from ._values.workers import WorkerInfo
 from ._values.workflow import WorkflowStatus
@@ -227,6 +228,17 @@ class Queue(QueueFace[Store]):
     def resume(self, *, session: SyncSession | None = None) -> bool:
         self._life.check_open()
         return self._store._run(self._core.resume(), session)
+
+    def set_limits(self, limits: Limits | None, *, session: SyncSession | None = None) -> None:
+        """F1: replace every limit of the queue; None removes them (a pause stays)."""
+        self._life.check_open()
+        call = self._core.set_limits(limits)
+        self._store._run(call, session)
+
+    def limits(self) -> Limits | None:
+        """F1: the queue's limits, None when it has none."""
+        self._life.check_open()
+        return self._store._run(self._core.limits())
 
     def stats(self) -> QueueStats:
         self._life.check_open()

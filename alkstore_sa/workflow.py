@@ -18,6 +18,7 @@ from ._calls.workflow import WorkflowCore
 from ._values.opts import EnqueueOpts
 from ._values.workflow import Step, WorkflowRun, WorkflowStatus
 from .aio import AsyncQueue, AsyncSessionLike, AsyncStore
+from .aio import queue_parts as async_queue_parts
 from .store import Queue, Store, SyncSession, queue_parts
 from .tasks._task import KeywordsOnly, TaskBase, _AsyncDefer, _SyncDefer
 
@@ -116,7 +117,7 @@ class Workflow(Generic[R]):
             raise ValueError(
                 f"workflow {self.name!r}: queue {queue.name!r} belongs to another store"
             )
-        core = queue_parts(queue)[1] if isinstance(queue, Queue) else queue._core
+        core = queue_parts(queue)[1] if isinstance(queue, Queue) else async_queue_parts(queue)[1]
         return self._core.add(core, payload, after, opts, label)
 
     def defer(self, *, session: SyncSession | AsyncSessionLike | None = None) -> R:

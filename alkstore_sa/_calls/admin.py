@@ -9,9 +9,11 @@ from __future__ import annotations
 from functools import partial
 
 from .._db import admin as _ops
+from .._db import flow as _flow
 from .._db.address import QueueAddress, StoreAddress
 from .._values import validate as v
 from .._values.job import JOB_STATUSES, Job, JobStatus, QueueStats
+from .._values.limits import Limits
 from .._values.stamps import as_interval
 from .._values.validate import MAX_LIST, MAX_REQUEUE
 from . import Call
@@ -61,6 +63,15 @@ class QueueAdminCalls:
 
     def resume(self) -> Call[bool]:
         return partial(_ops.resume, address=self.address)
+
+    def set_limits(self, limits: object) -> Call[None]:
+        """F1: replace every limit of the queue (None or an empty ``Limits`` removes them)."""
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits must be Limits or None, got {type(limits).__name__}")
+        return partial(_flow.set_limits, address=self.address, limits=limits)
+
+    def limits(self) -> Call[Limits | None]:
+        return partial(_flow.limits, address=self.address)
 
     def stats(self) -> Call[QueueStats]:
         return partial(_ops.stats, address=self.address)

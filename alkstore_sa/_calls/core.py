@@ -17,6 +17,7 @@ from typing import TypeVar
 from sqlalchemy import Connection
 
 from .._db import enqueue as _enqueue
+from .._db import flow as _flow
 from .._db import ops as _ops
 from .._db import vacuum as _vacuum
 from .._db.address import QueueAddress, channel_for
@@ -37,7 +38,7 @@ class QueueCore(QueueAdminCalls):
     """A queue's validated identity and its operations as calls (the operator's in
     ``QueueAdminCalls``)."""
 
-    __slots__ = ("_parker", "_plain_stamps", "address", "name", "opts")
+    __slots__ = ("_parker", "_plain_stamps", "address", "flow", "name", "opts")
 
     def __init__(self, schema: str, name: object, opts: QueueOpts | None) -> None:
         if opts is not None and not isinstance(opts, QueueOpts):
@@ -48,6 +49,8 @@ class QueueCore(QueueAdminCalls):
         # The stamps of an enqueue without EnqueueOpts: the same every time.
         self._plain_stamps = resolve_stamps(self.opts, None)
         self._parker = Parker()
+        # F1: whether the queue has limits, as this object's claims last saw it.
+        self.flow = _flow.FlowState()
 
     def enqueue_many(
         self, payloads: Iterable[object], opts: EnqueueOpts | None, unique_keys: object = None
@@ -157,16 +160,17 @@ class QueueCore(QueueAdminCalls):
             n=size,
             parker=self._parker,
             max_bytes=max_bytes,
+            flow=self.flow,
         )
 
     def ack_batch(self, job_ids: Iterable[object]) -> Call[int] | None:
         ids = v.job_ids(job_ids)
         if not ids:
             return None
-        return partial(_ops.ack_batch, address=self.address, job_ids=ids)
+        return self._freeing(partial(_ops.ack_batch, address=self.address, job_ids=ids))
 
     def cancel(self, job_id: object) -> Call[bool]:
-        return partial(_ops.cancel, address=self.address, job_id=v.job_id(job_id))
+        return self._freeing(partial(_ops.cancel, address=self.address, job_id=v.job_id(job_id)))
 
     def get_job(self, job_id: object) -> Call[Job | None]:
         return partial(_ops.get_job, address=self.address, job_id=v.job_id(job_id))
@@ -175,7 +179,7 @@ class QueueCore(QueueAdminCalls):
 
     def ack_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
         """Ack ``(job_id, attempts)`` claims still held; the call returns acked ids."""
-        return partial(_ops.ack_held, address=self.address, claims=claims)
+        return self._freeing(partial(_ops.ack_held, address=self.address, claims=claims))
 
     def heartbeat_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
         """Extend held claims by each job's visibility timeout; returns extended ids."""
@@ -190,7 +194,9 @@ class QueueCore(QueueAdminCalls):
 
         On its last attempt the job is dead-lettered instead (``"dead"``).
         """
-        return partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
+        return self._freeing(
+            partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
+        )
 
     def ack_claim(
         self, job_id: int, attempts: int, *, kept: bool = False, result: bytes | None = None
@@ -200,51 +206,75 @@ class QueueCore(QueueAdminCalls):
         ``kept``: the job carries keep_completed, so it moves with ``result`` (R1).
         """
         if kept:
-            return partial(
-                _ops.ack_kept,
-                address=self.address,
-                job_id=job_id,
-                attempts=attempts,
-                result=result,
+            return self._freeing(
+                partial(
+                    _ops.ack_kept,
+                    address=self.address,
+                    job_id=job_id,
+                    attempts=attempts,
+                    result=result,
+                )
             )
-        return partial(_ops.ack, address=self.address, job_id=job_id, attempts=attempts)
+        return self._freeing(
+            partial(_ops.ack, address=self.address, job_id=job_id, attempts=attempts)
+        )
 
     def retry_claim(
         self, job_id: int, attempts: int, error: str | None, delay: float, traceback: str | None
     ) -> Call[_ops.Retried | None]:
         """Q17/Q18 for a held claim, ``delay`` seconds (already checked) from now."""
-        return partial(
-            _ops.retry,
-            address=self.address,
-            job_id=job_id,
-            attempts=attempts,
-            delay=as_interval(delay),
-            error=error,
-            traceback=traceback,
+        return self._freeing(
+            partial(
+                _ops.retry,
+                address=self.address,
+                job_id=job_id,
+                attempts=attempts,
+                delay=as_interval(delay),
+                error=error,
+                traceback=traceback,
+            )
         )
 
     def snooze_claim(self, job_id: int, attempts: int, delay: float) -> Call[bool]:
         """Z1 for a held claim, ``delay`` seconds (already checked) from now."""
-        return partial(
-            _ops.snooze,
-            address=self.address,
-            job_id=job_id,
-            attempts=attempts,
-            delay=as_interval(delay),
+        return self._freeing(
+            partial(
+                _ops.snooze,
+                address=self.address,
+                job_id=job_id,
+                attempts=attempts,
+                delay=as_interval(delay),
+            )
         )
 
     def fail_claim(
         self, job_id: int, attempts: int, error: str | None, traceback: str | None
     ) -> Call[bool]:
         """Q19 for a held claim; False when it was gone."""
-        return partial(
-            _ops.fail,
-            address=self.address,
-            job_id=job_id,
-            attempts=attempts,
-            error=error,
-            traceback=traceback,
+        return self._freeing(
+            partial(
+                _ops.fail,
+                address=self.address,
+                job_id=job_id,
+                attempts=attempts,
+                error=error,
+                traceback=traceback,
+            )
         )
+
+    def _freeing(self, call: Call[T]) -> Call[T]:
+        """``call``, then -- when it changed anything on a queue with limits -- the
+        promotion of parked group rows into the freed slots and one wake (F2, F3)."""
+        flow = self.flow
+        address = self.address
+
+        def run(conn: Connection) -> T:
+            result = call(conn)
+            if flow.limited and result:
+                _flow.freed(conn, address=address, group_concurrency=flow.group_concurrency)
+            return result
+
+        return run
 
     def record_outcomes(self, acked: int, retried: int, dead: int) -> Call[None]:
         """W2: add a worker's tallies to this queue's per-minute throughput counts."""
@@ -290,6 +320,8 @@ def _key_only(opts: EnqueueOpts) -> bool:
         and opts.expires_in is None
         and opts.max_attempts is None
         and opts.keep_completed is None
+        and opts.group is None
+        and opts.on_conflict == "keep"
     )
 
 

@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 from .._values.job import Job, JobStatus, QueueStats, shown_row
 from .address import QueueAddress, StoreAddress
 from .execute import fetch
+from .flow import limits_from
 from .sql import queue_admin as queue_admin_sql
 from .sql import queue_wide as queue_wide_sql
 from .sql import stats as stats_sql
@@ -87,10 +88,20 @@ def resume(conn: Connection, *, address: QueueAddress) -> bool:
 
 def _stats(queue: str, row: Sequence[Any]) -> QueueStats:
     # stats_sql.STATS_COLUMNS, in that order.
-    due, scheduled, processing, lapsed, expired, dead, oldest, now, paused, completed = row
+    due, scheduled, processing, lapsed, expired, dead, oldest, now, paused, completed = row[:10]
     age = 0.0 if oldest is None else max((now - oldest).total_seconds(), 0.0)
     return QueueStats(
-        queue, due, scheduled, processing, lapsed, expired, dead, age, bool(paused), completed
+        queue,
+        due,
+        scheduled,
+        processing,
+        lapsed,
+        expired,
+        dead,
+        age,
+        bool(paused),
+        completed,
+        limits_from(row[10:]),
     )
 
 

@@ -27,8 +27,8 @@ def enqueue(
     if not payloads:
         return []
     params = _enqueue_params(address, stamps)
-    if stamps.keep_completed is not None:  # R1: the kept variants, so no other changes
-        params["p_keep_completed"] = stamps.keep_completed
+    if _varied(stamps):  # R1, F3: their own variants, so no other enqueue changes
+        _vary(params, stamps)
         return _enqueue_kept(conn, address, params, payloads, None, trace_context)
     if trace_context:
         params["p_trace_context"] = trace_context
@@ -54,9 +54,10 @@ def _enqueue_kept(
     keys: list[str | None] | None,
     trace_context: dict[str, str] | None,
 ) -> list[Any]:
-    """R1: an enqueue stamped with keep_completed (plain: ids; keyed: (id, key) rows).
+    """An enqueue stamped with keep_completed (R1) or a group (F3), or keyed with
+    on_conflict="replace" (U2) (plain: ids; keyed: (id, key) rows).
 
-    ``params`` carries ``p_keep_completed`` (the caller's stamp)."""
+    ``params`` carries ``p_keep_completed`` / ``p_group`` / ``replace`` (``_vary``)."""
     one = len(payloads) == 1
     if trace_context:
         params["p_trace_context"] = trace_context
@@ -69,9 +70,31 @@ def _enqueue_kept(
             params["p_unique_key"] = keys[0]
         else:
             params["p_unique_keys"] = keys
-    stmt = enqueue_sql.enqueue_kept(one=one, keyed=keys is not None, traced=bool(trace_context))
+    stmt = enqueue_sql.enqueue_variant(
+        one=one,
+        keyed=keys is not None,
+        traced=bool(trace_context),
+        kept=params.get("p_keep_completed") is not None,
+        grouped="p_group" in params,
+        replace=keys is not None and bool(params.get("replace")),
+    )
+    params.pop("replace", None)
     rows = fetch(conn, address, stmt, params)
     return rows if keys is not None else [row[0] for row in rows]
+
+
+def _varied(stamps: Stamps) -> bool:
+    """The enqueue needs a variant statement (R1's stamp, F3's group, U2's replace)."""
+    return stamps.keep_completed is not None or stamps.group is not None or stamps.replace
+
+
+def _vary(params: dict[str, Any], stamps: Stamps) -> None:
+    if stamps.keep_completed is not None:
+        params["p_keep_completed"] = stamps.keep_completed
+    if stamps.group is not None:
+        params["p_group"] = stamps.group
+    if stamps.replace:
+        params["replace"] = True  # not a bound parameter: picks the statement
 
 
 def _enqueue_params(address: QueueAddress, stamps: Stamps) -> dict[str, Any]:
@@ -115,9 +138,9 @@ def enqueue_keyed(
     seen.  A key whose job finished between the two is free again: it is
     inserted in another round.  Ids come back in input order.
     """
-    first: dict[str, int] = {}  # each key's first position
+    first: dict[str, int] = {}  # each key's first position (U2's replace: its last)
     for i, key in enumerate(keys):
-        if key is not None and key not in first:
+        if key is not None and (key not in first or stamps.replace):
             first[key] = i
     if len(first) == len(keys):  # every payload keyed, no repeat (one enqueue())
         sending = list(range(len(keys)))
@@ -126,8 +149,7 @@ def enqueue_keyed(
     params = _enqueue_params(address, stamps)
     if trace_context:
         params["p_trace_context"] = trace_context
-    if stamps.keep_completed is not None:
-        params["p_keep_completed"] = stamps.keep_completed
+    _vary(params, stamps)
     keyed: dict[str, int] = {}
     keyless: list[int] = []  # the keyless payloads' ids, in input order (ids ascend with it)
     for _ in range(KEYED_ROUNDS):
@@ -165,10 +187,15 @@ def _insert_keyed(
     sending: list[int],
 ) -> list[Any]:
     traced = "p_trace_context" in params
-    if params.get("p_keep_completed") is not None:
+    if params.get("p_keep_completed") is not None or "p_group" in params or "replace" in params:
         picked = [payloads[i] for i in sending]
         return _enqueue_kept(
-            conn, address, params, picked, [keys[i] for i in sending], params.get("p_trace_context")
+            conn,
+            address,
+            dict(params),
+            picked,
+            [keys[i] for i in sending],
+            params.get("p_trace_context"),
         )
     if len(sending) == 1:
         [i] = sending

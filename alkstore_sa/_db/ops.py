@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection, Update
 
-from .._values.job import Job, SweepResult, decode_claimed
+from .._values.job import Job, SweepResult, decode_claimed, shown_row
+from . import flow as _flow
 from . import workflow as _workflow
 from .execute import fetch
 from .park import PARK_LIMIT, Parker
@@ -38,9 +39,15 @@ def claim(
     n: int,
     parker: Parker | None = None,
     max_bytes: int | None = None,
+    flow: _flow.FlowState | None = None,
 ) -> list[Job]:
     """Q8-Q12; ``max_bytes``: the batch's payloads add up to at most that (but one
-    job is always taken)."""
+    job is always taken).  ``flow``: what the queue object knows of its limits
+    (F1-F3; ``_db/flow.py``); a queue with limits is claimed in the limited form,
+    which ignores ``max_bytes``."""
+    if flow is not None and flow.limited:
+        rows = _flow.claim_rows(conn, address=address, worker_id=worker_id, n=n, flow=flow)
+        return _handed_out(conn, address, worker_id, rows)
     params: dict[str, Any] = {"p_queue": address.queue, "p_worker_id": worker_id, "p_n": n}
     if max_bytes is not None:
         params["p_max_bytes"] = max_bytes
@@ -51,8 +58,19 @@ def claim(
         # it, the claim would have committed and its jobs, never handed to
         # the caller, would sit processing until their claims lapsed.
         park(conn, address=address, parker=parker)
+    rows = fetch(conn, address, stmt, params)
+    if not rows and flow is not None and _flow.has_limits(conn, address):
+        # To the unlimited claim a queue with limits looks paused (F1).
+        flow.limited = True
+        rows = _flow.claim_rows(conn, address=address, worker_id=worker_id, n=n, flow=flow)
+    return _handed_out(conn, address, worker_id, rows)
+
+
+def _handed_out(
+    conn: Connection, address: QueueAddress, worker_id: str, rows: list[Any]
+) -> list[Job]:
     # RETURNING jobs.*: the live columns in table order (pinned by a test).
-    jobs, undecodable = decode_claimed(fetch(conn, address, stmt, params))
+    jobs, undecodable = decode_claimed(rows)
     for job_id, why in undecodable:
         # Dead at once, by id: a row no caller can be handed must not take
         # its batch down with it (the others run on this attempt) nor come

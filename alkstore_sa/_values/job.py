@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
+from .limits import Limits
+
 __all__ = [
     "ERROR_HISTORY_LIMIT",
     "JOB_STATUSES",
@@ -47,6 +49,7 @@ LIVE_COLUMNS = (
     "trace_context",
     "unique_key",
     "keep_completed",
+    "grp",
     "workflow_id",
 )
 
@@ -218,6 +221,8 @@ class Job:
     finished_at: datetime | None = None
     # R1: the stamp: seconds it is kept once acked; None = deleted at its ack.
     keep_completed: float | None = None
+    # F3: the job's group (EnqueueOpts.group), None without one.
+    group: str | None = None
     # G1: the workflow this job is a step of, else None.
     workflow_id: int | None = None
     # G1: the ids of the steps a waiting step still waits for (its status is
@@ -258,6 +263,7 @@ class Job:
             trace_context,
             unique_key,
             keep,
+            group,
             workflow_id,
         ) = row
         return cls(
@@ -282,6 +288,7 @@ class Job:
             None if result is None else bytes(result),
             finished_at,
             None if keep is None else _seconds(keep),
+            group,
             workflow_id,
         )
 
@@ -328,3 +335,10 @@ class QueueStats:
     paused: bool
     # R1: kept completed jobs not swept yet.
     completed: int = 0
+    # F1: the queue's limits, None when it has none.
+    limits: Limits | None = None
+
+    @property
+    def slots_in_use(self) -> int:
+        """F2: live claims -- processing rows whose claim has not lapsed."""
+        return self.processing - self.lapsed

@@ -6,6 +6,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from . import validate as v
+from .limits import group_name
+
+# U2: what a keyed enqueue does when its key's job is live.
+ON_CONFLICT = ("keep", "replace")
 
 __all__ = ["DEFAULT_MAX_PAYLOAD_BYTES", "EnqueueOpts", "QueueOpts"]
 
@@ -75,9 +79,20 @@ class EnqueueOpts:
     unique_key: str | None = None
     # R1: overrides the queue's keep_completed stamp for this job.
     keep_completed: float | int | timedelta | None = None
+    # F3: the job's group (group_concurrency and group_rate count per group).
+    group: str | None = None
+    # U2: "keep" (U1: the live job stays as it is) or "replace" (a pending
+    # live job takes this enqueue's payload, priority, run_at and group).
+    on_conflict: str = "keep"
 
     def __post_init__(self) -> None:
         _set(self, "keep_completed", v.optional_duration(self.keep_completed, "keep_completed"))
+        if self.group is not None:
+            group_name(self.group)
+        if not isinstance(self.on_conflict, str):
+            raise TypeError(f"on_conflict must be a str, got {type(self.on_conflict).__name__}")
+        if self.on_conflict not in ON_CONFLICT:
+            raise ValueError(f"on_conflict must be one of {ON_CONFLICT}, got {self.on_conflict!r}")
         if self.priority is not None:
             v.integer(self.priority, "priority")
         if self.delay is not None:

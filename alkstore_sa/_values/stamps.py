@@ -26,6 +26,10 @@ class Stamps:
     expires_in: timedelta | None
     # R1: how long the job is kept once acked; None = deleted at its ack.
     keep_completed: timedelta | None = None
+    # F3: the job's group; None for none.
+    group: str | None = None
+    # U2: a keyed enqueue replaces its key's pending job (on_conflict="replace").
+    replace: bool = False
 
 
 def resolve_stamps(queue: QueueOpts, job: EnqueueOpts | None) -> Stamps:
@@ -45,6 +49,8 @@ def resolve_stamps(queue: QueueOpts, job: EnqueueOpts | None) -> Stamps:
         delay=as_interval(job.delay or 0),
         expires_in=None if expires_in is None else as_interval(expires_in),
         keep_completed=None if keep is None else as_interval(keep),
+        group=job.group,
+        replace=job.on_conflict == "replace",
     )
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "job_id",
     "port",
     "positive_int",
+    "rate",
     "seconds",
 ]
 
@@ -34,6 +35,14 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def rate(text: str) -> tuple[int, float]:
+    """F4: ``N/SECS`` -- at most N claims in any SECS seconds."""
+    count, slash, per = text.partition("/")
+    if not slash:
+        raise argparse.ArgumentTypeError(f"expected N/SECS (e.g. 100/60), got {text!r}")
+    return positive_int(count.strip()), seconds(per.strip())
 
 
 def seconds(text: str) -> float:

@@ -34,6 +34,7 @@ _COMMANDS = {
     "purge": ("_ops", "cmd_purge"),
     "pause": ("_ops", "cmd_pause"),
     "resume": ("_ops", "cmd_resume"),
+    "limits": ("_limits", "cmd_limits"),
     "sweep": ("_ops", "cmd_sweep"),
     "cancel": ("_cancel", "cmd_cancel"),
     "workers": ("_workers", "cmd_workers"),

@@ -54,8 +54,17 @@ def _app(args: argparse.Namespace, database: Database, schema: str) -> App | Non
 
 
 def stats_json(stats: Mapping[str, QueueStats]) -> dict[str, dict[str, object]]:
-    """``{queue: {field: value}}`` with QueueStats' fields (O5)."""
-    return {name: {f: getattr(s, f) for f in STATS_FIELDS} for name, s in stats.items()}
+    """``{queue: {field: value}}`` with QueueStats' fields (O5); ``limits`` as an object
+    (F1, None without limits) and ``slots_in_use`` (F2) after them."""
+    from ._limits import limits_json
+
+    def fields(s: QueueStats) -> dict[str, object]:
+        found: dict[str, object] = {f: getattr(s, f) for f in STATS_FIELDS}
+        found["limits"] = None if s.limits is None else limits_json(s.limits)
+        found["slots_in_use"] = s.slots_in_use
+        return found
+
+    return {name: fields(s) for name, s in stats.items()}
 
 
 def _age(seconds: float) -> str:

@@ -196,6 +196,23 @@ def _add_operations(
         p.add_argument("queue", metavar="QUEUE")
 
     p = sub.add_parser(
+        "limits",
+        parents=[common, app_opt],
+        help="show or change QUEUE's flow-control limits (F1)",
+        description="With no flag, show QUEUE's limits and its slots in use. Each flag "
+        "changes the limit it names and keeps the others; --clear removes them all.",
+    )
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--concurrency", type=a.positive_int, metavar="N", help="live claims at once")
+    p.add_argument(
+        "--group-concurrency", type=a.positive_int, metavar="N", help="live claims per group"
+    )
+    p.add_argument("--rate", type=a.rate, metavar="N/SECS", help="claims per SECS seconds")
+    p.add_argument("--group-rate", type=a.rate, metavar="N/SECS", help="the same per group")
+    p.add_argument("--clear", action="store_true", help="remove every limit")
+    p.add_argument("--json", action="store_true", help="print the limits as one JSON object")
+
+    p = sub.add_parser(
         "sweep",
         parents=[common, app_opt],
         help="dead-letter expired jobs; purge old dead rows",

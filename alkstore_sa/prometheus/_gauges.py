@@ -218,6 +218,16 @@ def _families(snap: _Snapshot) -> list[Metric]:
     paused = GaugeMetricFamily(
         "alkstore_queue_paused", "1 while a pause is in force, else 0", labels=["queue"]
     )
+    limit = GaugeMetricFamily(
+        "alkstore_queue_limit",
+        "A queue's concurrency limits (F1): concurrency, group_concurrency",
+        labels=["queue", "limit"],
+    )
+    slots = GaugeMetricFamily(
+        "alkstore_queue_slots_in_use",
+        "Live claims of a queue with limits: processing jobs whose claim has not lapsed (F2)",
+        labels=["queue"],
+    )
     if snap.stats is not None:
         for name, s in snap.stats.items():
             counts = (s.due, s.scheduled, s.processing, s.dead)
@@ -227,6 +237,11 @@ def _families(snap: _Snapshot) -> list[Metric]:
             expired.add_metric([name], s.expired)
             oldest.add_metric([name], s.oldest_due_age)
             paused.add_metric([name], 1.0 if s.paused else 0.0)
+            if s.limits is not None:  # F1: limited queues only
+                slots.add_metric([name], s.slots_in_use)
+                for kind in ("concurrency", "group_concurrency"):
+                    if (value := getattr(s.limits, kind)) is not None:
+                        limit.add_metric([name, kind], value)
     workers = GaugeMetricFamily(
         "alkstore_workers",
         "Registered workers (V1): alive (seen within 60 s) or gone (not seen since, not "
@@ -237,4 +252,4 @@ def _families(snap: _Snapshot) -> list[Metric]:
         alive = sum(1 for w in snap.workers if w.alive)
         workers.add_metric(["alive"], alive)
         workers.add_metric(["gone"], len(snap.workers) - alive)
-    return [up, took, jobs, lapsed, expired, oldest, paused, workers]
+    return [up, took, jobs, lapsed, expired, oldest, paused, limit, slots, workers]

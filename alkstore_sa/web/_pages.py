@@ -94,7 +94,7 @@ class Pages(DashboardBase):
         tp = await self._throughput(name)
         s = stats.value
         known = s.due or s.scheduled or s.processing or s.expired or s.completed or s.dead
-        if not (known or s.paused or tp):
+        if not (known or s.paused or s.limits is not None or tp):
             raise Refused(
                 404, f"no queue {name!r} (no jobs, dead letters, pause or recent throughput)"
             )

@@ -66,6 +66,7 @@ SETTLE_CAP = 0.05  # a backlog's free slot never waits longer than this for comp
 BACKOFF_CAP = 30.0  # the longest wait between claims while they fail (B5)
 CLAIM_TIMEOUT = 30.0  # seconds a claim waits for its reply before it is abandoned
 ABORT_WAIT = 5.0  # how long an abandoned claim gets to end once its connection is broken
+RATE_WAIT_FLOOR = 0.001  # F4: a rate wait of 0 still waits a moment (no claim spin)
 
 
 class Producer:
@@ -150,6 +151,11 @@ class Producer:
             self._succeeded()
         finally:
             qs.claiming -= n
+        wait = qs.binding.core.flow.rate_wait
+        if wait is not None and len(jobs) < n:
+            # F4: held back by the queue's rate: claim again when it allows one
+            # (V5's due timer), not before -- and not only at the next re-poll.
+            qs.due(started + max(wait, RATE_WAIT_FLOOR))
         if jobs:
             for observer in self._run.observers:
                 notify(functools.partial(observer.claimed, qs.name, jobs), "claimed")

@@ -32,6 +32,8 @@ STATS_KEYS = [
     "oldest_due_age",
     "paused",
     "completed",  # R1: kept acked jobs
+    "limits",  # F1: the queue's limits (None: none)
+    "slots_in_use",  # F2: live claims
 ]
 
 
@@ -110,6 +112,8 @@ def test_o8_cli_stats_without_queues_shows_every_queue(database_url: URL, store_
         "oldest_due_age": 0.0,
         "paused": False,
         "completed": 0,
+        "limits": None,
+        "slots_in_use": 0,
     }
     # A paused queue without rows is a queue too (O6), and its stats say it is paused.
     store_on.queue("zzz").pause()

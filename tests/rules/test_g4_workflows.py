@@ -88,3 +88,12 @@ def test_g4_a_key_taken_while_the_step_waited_kills_the_step_not_the_ack(qs: Any
     assert (dead.status, dead.last_error) == ("dead", "unique key late live at promotion")
     assert q.get_job(run.job_ids[c]).last_error == f"upstream job {run.job_ids[b]} dead"
     assert [j.id for j in q.claim_batch("w", 5)] == [holder]
+
+
+def test_g4_a_step_with_a_group_is_refused_before_sql(store: Store) -> None:
+    # F3 groups do not reach a promoted step yet: refused, not run outside its limits.
+    wf = Workflow(store, name="grouped")
+    with pytest.raises(ValueError, match="group"):
+        wf.add_job(store.queue("g4"), b"x", opts=EnqueueOpts(group="tenant-7"))
+    with pytest.raises(ValueError, match="no step"):
+        wf.defer()  # nothing was added

@@ -48,6 +48,9 @@ CONTRACT_NAMES = {
     "JobDeadError",
     # X1: N worker processes under one supervisor, and its start failure.
     "run_processes",
+    # F1: flow control's values.
+    "Limits",
+    "Rate",
     "WorkerStartError",
     # C1: a sync handler asks whether its job was cancelled.
     "job_cancelled",

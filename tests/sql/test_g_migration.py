@@ -10,7 +10,7 @@ from alkstore_sa.migrations._config import alembic_config
 
 from .test_migrations import _every_job, connect
 
-BEFORE = "alkstore_0011_completed_jobs"
+BEFORE = "alkstore_0012_flow_control"
 
 
 def test_g_workflows_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:

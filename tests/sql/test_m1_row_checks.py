@@ -68,17 +68,16 @@ def _every_job(url: URL) -> dict[str, list[dict[str, Any]]]:
             columns = ", ".join(
                 c.name
                 for c in table.c
-                if c.name not in ("claim_at", "keep_completed", "workflow_id")
+                if c.name not in ("claim_at", "keep_completed", "grp", "workflow_id")
             )
             rows = conn.execute(text(f"SELECT {columns} FROM alkstore.{table.name} ORDER BY id"))
             found[table.name] = [dict(r) for r in rows.mappings()]
     return found
 
 
-# The live columns revision 0008 has (keep_completed came with 0011, R1; workflow_id
-# with 0013, G1).
-_COLUMNS_0008 = [c for c in LIVE_COLUMNS if c not in ("keep_completed", "workflow_id")]
-
+# The live columns revision 0008 has (keep_completed came with 0011, R1; grp
+# with 0012, F3; workflow_id with 0013, G1).
+_COLUMNS_0008 = [c for c in LIVE_COLUMNS if c not in ("keep_completed", "grp", "workflow_id")]
 
 def _rows(url: URL, ids: list[int]) -> list[dict[str, object]]:
     with connect(url) as conn:

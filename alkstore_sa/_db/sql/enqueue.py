@@ -80,14 +80,16 @@ def enqueue_traced() -> Select[tuple[int]]:
     return _many(traced=True)
 
 
-def _many(*, traced: bool, kept: bool = False) -> Select[tuple[int]]:
+def _many(*, traced: bool, kept: bool = False, grouped: bool = False) -> Select[tuple[int]]:
     given = (
         func.unnest(bindparam("p_payloads", type_=ARRAY(_Payload)))
         .table_valued("payload", with_ordinality="ord")
         .render_derived()
     )
-    rows = _stamped(given.c.payload, traced=traced, kept=kept).order_by(given.c.ord)
-    return _insert_and_wake(rows, in_order=True, traced=traced, kept=kept)
+    rows = _stamped(given.c.payload, traced=traced, kept=kept, grouped=grouped).order_by(
+        given.c.ord
+    )
+    return _insert_and_wake(rows, in_order=True, traced=traced, kept=kept, grouped=grouped)
 
 
 @cache
@@ -110,7 +112,9 @@ def enqueue_keyed_traced() -> Select[Any]:
     return _many_keyed(traced=True)
 
 
-def _many_keyed(*, traced: bool, kept: bool = False) -> Select[Any]:
+def _many_keyed(
+    *, traced: bool, kept: bool = False, grouped: bool = False, replace: bool = False
+) -> Select[Any]:
     given = (
         func.unnest(
             bindparam("p_payloads", type_=ARRAY(_Payload)),
@@ -119,10 +123,12 @@ def _many_keyed(*, traced: bool, kept: bool = False) -> Select[Any]:
         .table_valued("payload", "unique_key", with_ordinality="ord")
         .render_derived()
     )
-    rows = _stamped(given.c.payload, traced=traced, key=given.c.unique_key, kept=kept).order_by(
-        given.c.ord
+    rows = _stamped(
+        given.c.payload, traced=traced, key=given.c.unique_key, kept=kept, grouped=grouped
+    ).order_by(given.c.ord)
+    return _insert_keyed_and_wake(
+        rows, in_order=True, traced=traced, kept=kept, grouped=grouped, replace=replace
     )
-    return _insert_keyed_and_wake(rows, in_order=True, traced=traced, kept=kept)
 
 
 @cache
@@ -137,14 +143,19 @@ def enqueue_one_keyed_traced() -> Select[Any]:
     return _one_keyed(traced=True)
 
 
-def _one_keyed(*, traced: bool, kept: bool = False) -> Select[Any]:
+def _one_keyed(
+    *, traced: bool, kept: bool = False, grouped: bool = False, replace: bool = False
+) -> Select[Any]:
     row = _stamped(
         bindparam("p_payload", type_=_Payload),
         traced=traced,
         key=bindparam("p_unique_key", type_=Text),
         kept=kept,
+        grouped=grouped,
     )
-    return _insert_keyed_and_wake(row, in_order=False, traced=traced, kept=kept)
+    return _insert_keyed_and_wake(
+        row, in_order=False, traced=traced, kept=kept, grouped=grouped, replace=replace
+    )
 
 
 @cache
@@ -181,29 +192,48 @@ def enqueue_one_traced() -> Select[tuple[int]]:
     return _one(traced=True)
 
 
-def _one(*, traced: bool, kept: bool = False) -> Select[tuple[int]]:
-    row = _stamped(bindparam("p_payload", type_=_Payload), traced=traced, kept=kept)
-    return _insert_and_wake(row, in_order=False, traced=traced, kept=kept)
+def _one(*, traced: bool, kept: bool = False, grouped: bool = False) -> Select[tuple[int]]:
+    row = _stamped(
+        bindparam("p_payload", type_=_Payload), traced=traced, kept=kept, grouped=grouped
+    )
+    return _insert_and_wake(row, in_order=False, traced=traced, kept=kept, grouped=grouped)
 
 
-_KEPT: dict[tuple[bool, bool, bool], Select[Any]] = {}
+_VARIANTS: dict[tuple[bool, ...], Select[Any]] = {}
 
 
 def enqueue_kept(*, one: bool, keyed: bool, traced: bool) -> Select[Any]:
-    """R1: the enqueue of that shape storing ``:keep_completed`` (interval) in every row.
+    """R1: the enqueue of that shape storing ``:keep_completed`` (interval) in every row."""
+    return enqueue_variant(one=one, keyed=keyed, traced=traced, kept=True)
 
-    Its own variants, so an enqueue without the stamp sends exactly the
-    statement it always sent.  Built once per shape (a dict, as the shapes
-    are arguments: each is pinned in the builder tests).
+
+def enqueue_variant(
+    *,
+    one: bool,
+    keyed: bool,
+    traced: bool,
+    kept: bool = False,
+    grouped: bool = False,
+    replace: bool = False,
+) -> Select[Any]:
+    """The enqueue of that shape, with the columns only some enqueues set.
+
+    ``kept``: stores ``:keep_completed`` (R1).  ``grouped``: stores ``:group``
+    (F3) in every row.  ``replace`` (keyed only, U2): a key whose live job is
+    pending replaces that job's payload, priority, run_at and group and
+    returns its id.  Their own variants, so an enqueue without them sends
+    exactly the statement it always sent.  Built once per shape (a dict, as
+    the shapes are arguments: each is pinned in the builder tests).
     """
-    shape = (one, keyed, traced)
-    stmt = _KEPT.get(shape)
+    shape = (one, keyed, traced, kept, grouped, replace)
+    stmt = _VARIANTS.get(shape)
     if stmt is None:
         if keyed:
-            stmt = (_one_keyed if one else _many_keyed)(traced=traced, kept=True)
+            build = _one_keyed if one else _many_keyed
+            stmt = build(traced=traced, kept=kept, grouped=grouped, replace=replace)
         else:
-            stmt = (_one if one else _many)(traced=traced, kept=True)
-        _KEPT[shape] = stmt
+            stmt = (_one if one else _many)(traced=traced, kept=kept, grouped=grouped)
+        _VARIANTS[shape] = stmt
     return stmt
 
 
@@ -226,6 +256,7 @@ def _stamped(
     traced: bool,
     key: ColumnElement[Any] | None = None,
     kept: bool = False,
+    grouped: bool = False,
 ) -> Select[Any]:
     stamps = select(
         bindparam("p_queue", type_=Text),
@@ -244,24 +275,27 @@ def _stamped(
         stamps = stamps.add_columns(bindparam("p_trace_context", type_=JSONB))
     if kept:
         stamps = stamps.add_columns(bindparam("p_keep_completed", type_=Interval))
+    if grouped:
+        stamps = stamps.add_columns(bindparam("p_group", type_=Text))
     if key is not None:
         stamps = stamps.add_columns(key)
     return stamps
 
 
-def _columns(*, traced: bool, kept: bool) -> list[str]:
+def _columns(*, traced: bool, kept: bool, grouped: bool = False) -> list[str]:
     """``_COLUMNS`` plus the optional ones, in the order ``_stamped`` selects them."""
     return [
         *_COLUMNS,
         *(["trace_context"] if traced else []),
         *(["keep_completed"] if kept else []),
+        *(["grp"] if grouped else []),
     ]
 
 
 def _insert_and_wake(
-    rows: Select[Any], *, in_order: bool, traced: bool, kept: bool = False
+    rows: Select[Any], *, in_order: bool, traced: bool, kept: bool = False, grouped: bool = False
 ) -> Select[tuple[int]]:
-    columns = _columns(traced=traced, kept=kept)
+    columns = _columns(traced=traced, kept=kept, grouped=grouped)
     inserted = insert(jobs).from_select(columns, rows).returning(jobs.c.id).cte("inserted")
     wake = select(
         func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label("woke")
@@ -271,19 +305,36 @@ def _insert_and_wake(
 
 
 def _insert_keyed_and_wake(
-    rows: Select[Any], *, in_order: bool, traced: bool, kept: bool = False
+    rows: Select[Any],
+    *,
+    in_order: bool,
+    traced: bool,
+    kept: bool = False,
+    grouped: bool = False,
+    replace: bool = False,
 ) -> Select[Any]:
-    columns = _columns(traced=traced, kept=kept)
-    inserted = (
-        pg_insert(jobs)
-        .from_select([*columns, "unique_key"], rows)
-        .on_conflict_do_nothing(
-            index_elements=[jobs.c.queue, jobs.c.unique_key],
-            index_where=jobs.c.unique_key.is_not(None),
+    columns = _columns(traced=traced, kept=kept, grouped=grouped)
+    insert_rows = pg_insert(jobs).from_select([*columns, "unique_key"], rows)
+    elements = [jobs.c.queue, jobs.c.unique_key]
+    keyed_only = jobs.c.unique_key.is_not(None)
+    if replace:
+        # U2: a pending live job takes the new values (the last write wins);
+        # a processing one is left alone, and its id found by live_keys().
+        new = insert_rows.excluded
+        upsert = insert_rows.on_conflict_do_update(
+            index_elements=elements,
+            index_where=keyed_only,
+            set_={
+                "payload": new.payload,
+                "priority": new.priority,
+                "run_at": new.run_at,
+                "grp": new.grp,
+            },
+            where=jobs.c.status == "pending",
         )
-        .returning(jobs.c.id, jobs.c.unique_key)
-        .cte("inserted")
-    )
+    else:
+        upsert = insert_rows.on_conflict_do_nothing(index_elements=elements, index_where=keyed_only)
+    inserted = upsert.returning(jobs.c.id, jobs.c.unique_key).cte("inserted")
     # One notification when a row went in; none when every key was live
     # (nothing new to claim, and Q7's rolled-back-wakes-no-one still holds).
     wake = wake_once_if_any(inserted)

@@ -53,14 +53,15 @@ def bury_lapsed_exhausted(name: str = "exhausted") -> CTE:
     return move_to_dead(locked_ids, literal(LAPSED_EXHAUSTED_ERROR, type_=Text), name)
 
 
-def lapsed_rows() -> CTE:
+def lapsed_rows(paused_check: bool = True) -> CTE:
     """This queue's processing rows past their deadline: ONE scan of ``jobs_lapse_ix``.
 
     Unlocked and materialized (the burial and the reclaim both read it), so
     the lapse index -- and, under a long transaction, every dead entry in
     its lapsed range -- is walked once per claim, not twice.  Each consumer
     then locks its rows by primary key and re-checks them (a row another
-    claim took meanwhile no longer matches and is skipped).
+    claim took meanwhile no longer matches and is skipped).  ``paused_check``:
+    False for the limited claim, which read the pause under its lock (F5).
     """
     return (
         select(
@@ -75,7 +76,7 @@ def lapsed_rows() -> CTE:
             this_queue(),
             jobs.c.status == "processing",
             *lapsed(),
-            not_paused(),
+            *((not_paused(),) if paused_check else ()),
         )
         .cte("lapsed_rows")
         .prefix_with("MATERIALIZED")
@@ -111,10 +112,13 @@ def bury_exhausted_of(lapsed_rows: CTE) -> CTE:
     return move_to_dead(locked_ids, literal(LAPSED_EXHAUSTED_ERROR, type_=Text), "exhausted")
 
 
-def reclaimable_of(lapsed_rows: CTE, sized: bool = False) -> CTE:
-    """Q11: the first ``:n`` lapsed rows with attempts left, in claim order, locked."""
+def reclaimable_of(lapsed_rows: CTE, sized: bool = False, grouped: bool = False) -> CTE:
+    """Q11: the first ``:n`` lapsed rows with attempts left, in claim order, locked.
+
+    ``grouped``: each with its group too (the limited claim, F3)."""
+    keys = (*candidate_keys(sized), jobs.c.grp) if grouped else candidate_keys(sized)
     return (
-        select(*candidate_keys(sized))
+        select(*keys)
         .where(
             id_among(
                 select(lapsed_rows.c.id).where(

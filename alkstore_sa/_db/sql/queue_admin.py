@@ -36,6 +36,7 @@ from sqlalchemy import (
     or_,
     select,
     union_all,
+    update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -51,6 +52,7 @@ from ._common import (
     queue_param,
     wake_once_if_any,
 )
+from .flow import LIMIT_COLUMNS
 
 __all__ = [
     "list_jobs",
@@ -136,6 +138,7 @@ def _requeue(*where: ColumnElement[bool]) -> Select[Any]:
         "trace_context",
         "unique_key",
         "keep_completed",  # R1: the stamp goes back with the job
+        "grp",  # F3: and its group
         "workflow_id",  # G2: a requeued step goes back to its workflow
     )
     source = (
@@ -220,13 +223,17 @@ def purge_dead_ids() -> Select[Any]:
 
 @cache
 def pause() -> Insert:
-    """O4: add ``:queue`` to ``paused_queues``; a row back only when it was not paused."""
-    return (
-        pg_insert(paused_queues)
-        .values(queue=queue_param(), paused_at=NOW)
-        .on_conflict_do_nothing(index_elements=[paused_queues.c.queue])
-        .returning(paused_queues.c.queue)
-    )
+    """O4: pause ``:queue`` in its settings row; a row back only when it was not paused.
+
+    A row that holds the queue's limits (F1) keeps them: the pause is its
+    ``paused_at``.
+    """
+    insert = pg_insert(paused_queues).values(queue=queue_param(), paused_at=NOW)
+    return insert.on_conflict_do_update(
+        index_elements=[paused_queues.c.queue],
+        set_={"paused_at": insert.excluded.paused_at},
+        where=paused_queues.c.paused_at.is_(None),
+    ).returning(paused_queues.c.queue)
 
 
 @cache
@@ -236,12 +243,19 @@ def resume() -> Select[Any]:
     One row back: 1 when a pause was removed (and the notification sent at
     commit), else 0.
     """
-    removed = (
-        delete(paused_queues)
-        .where(paused_queues.c.queue == queue_param())
+    # A row with limits (F1) stays, unpaused; one with a pause only goes.
+    limited = or_(*(paused_queues.c[name].is_not(None) for name in LIMIT_COLUMNS))
+    this = (paused_queues.c.queue == queue_param(), paused_queues.c.paused_at.is_not(None))
+    deleted = delete(paused_queues).where(*this, ~limited).returning(paused_queues.c.queue)
+    cleared = (
+        update(paused_queues)
+        .where(*this, limited)
+        .values(paused_at=None)
         .returning(paused_queues.c.queue)
-        .cte("removed")
     )
+    removed = union_all(
+        select(deleted.cte("deleted").c.queue), select(cleared.cte("cleared").c.queue)
+    ).cte("removed")
     wake = (
         select(
             func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label(

@@ -49,6 +49,13 @@ STATS_COLUMNS = (
     "now",
     "paused",
     "completed",  # R1: kept completed jobs
+    # F1: the queue's limits (NULL: none), flow.LIMIT_COLUMNS' order.
+    "concurrency",
+    "group_concurrency",
+    "rate_count",
+    "rate_per",
+    "group_rate_count",
+    "group_rate_per",
 )
 
 
@@ -89,7 +96,7 @@ def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[An
         .where(completed_jobs.c.queue == queue)
         .lateral("completed")
     )
-    paused = exists().where(paused_queues.c.queue == queue)
+    paused = exists().where(paused_queues.c.queue == queue, paused_queues.c.paused_at.is_not(None))
     columns: list[ColumnElement[Any]] = [
         waiting.c.due,
         waiting.c.scheduled,
@@ -102,7 +109,14 @@ def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[An
         paused.label("paused"),
         completed.c.completed,
     ]
-    return waiting.join(held, true()).join(dead, true()).join(completed, true()), columns
+    limits = (
+        select(*(paused_queues.c[name] for name in STATS_COLUMNS[-6:]))
+        .where(paused_queues.c.queue == queue)
+        .lateral("limits")
+    )
+    columns += [limits.c[name] for name in STATS_COLUMNS[-6:]]
+    parts = waiting.join(held, true()).join(dead, true()).join(completed, true())
+    return parts.outerjoin(limits, true()), columns
 
 
 @cache
@@ -147,9 +161,12 @@ def _all_queue_names(recent: bool = False) -> Select[tuple[str]]:
         _distinct_queues(dead_jobs, name="dead_queues"),
     ]
     found = [select(s.c.queue).where(s.c.queue.is_not(None)) for s in sources]
+    settings = select(paused_queues.c.queue)
     if recent:
         found.append(select(throughput.c.queue).where(throughput.c.minute >= last_hour()))
-    return union(*found, select(paused_queues.c.queue))  # type: ignore[return-value]
+    else:  # O6 names paused queues; the dashboard (recent, V2) also limited ones
+        settings = settings.where(paused_queues.c.paused_at.is_not(None))
+    return union(*found, settings)  # type: ignore[return-value]
 
 
 def last_hour() -> ColumnElement[Any]:

@@ -1,7 +1,7 @@
 """alkstore: workflows, their steps and edges, and the triggers that run them (G1-G3)
 
 Revision ID: alkstore_0013_workflows
-Revises: alkstore_0011_completed_jobs
+Revises: alkstore_0012_flow_control
 Create Date: 2026-12-02
 
 ``workflow_id`` on ``jobs``, ``dead_jobs`` and ``completed_jobs`` is NULL
@@ -45,7 +45,7 @@ from alembic import op
 from alkstore_sa.migrations import migration_schema
 
 revision: str = "alkstore_0013_workflows"
-down_revision: str | Sequence[str] | None = "alkstore_0011_completed_jobs"
+down_revision: str | Sequence[str] | None = "alkstore_0012_flow_control"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

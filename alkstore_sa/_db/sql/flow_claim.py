@@ -1,0 +1,168 @@
+"""The claim of a queue with limits (F2, F3, F5): the claim's second statement.
+
+It runs in a transaction whose first statement locked the queue's settings
+row (``flow.lock_settings``), so it counts, on a snapshot taken after that
+lock, every live claim of the queue -- other processes' included -- and no
+other limited claim of the queue runs until this one commits.  The limits
+come in as parameters, read under that same lock (``:concurrency``,
+``:group_concurrency``; NULL for none), with ``:n`` already cut to what the
+rates allow (``_db/flow.py``).
+
+Shape::
+
+    lapsed_rows, exhausted   as in the unlimited claim (Q11, Q12) -- the
+                             reclaim of a lapsed job counts like a first
+                             claim (F5): it is a candidate like a due row
+    live      the queue's processing rows whose claim deadline has not
+              passed: slots in use (a lapsed claim no longer counts, F2)
+    busy      live claims per group; blocked = groups at :group_concurrency
+    due       pending, due, unexpired rows in claim order, not of a blocked
+              group, LIMIT :n, FOR UPDATE SKIP LOCKED
+    ranked    due UNION ALL lapsed, numbered in claim order overall and
+              within each group
+    picked    the first rows in claim order whose group still has a slot,
+              at most :concurrency - live of them
+    hold      park (``parked = true``: out of ``jobs_claim_ix``'s range,
+              like an expired row, S3) up to :hold_limit pending rows of the
+              groups that are full once this claim is done, picked rows
+              excepted -- so the next claims do not walk them (F3's cost)
+    UPDATE jobs ... WHERE id = ANY(picked) RETURNING (the live columns)
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from sqlalchemy import (
+    Integer,
+    Text,
+    Update,
+    bindparam,
+    func,
+    literal,
+    select,
+    union_all,
+    update,
+)
+
+from ...schema import jobs
+from ._common import LIVE, NOW, id_among, this_queue, unexpired
+from .flow_rate import group_rate_used, log_claims, queue_rate_room
+from .lapsed import bury_exhausted_of, lapsed_rows, reclaimable_of
+
+__all__ = ["HOLD_LIMIT", "claim_limited"]
+
+# Rows of full groups parked per claim: a few milliseconds of writes at most;
+# a bigger backlog is parked over the next claims.
+HOLD_LIMIT = 1000
+
+
+@cache
+def claim_limited() -> Update:
+    """Claim up to ``:n`` jobs of ``:queue`` within ``:concurrency`` and
+    ``:group_concurrency``; RETURNING the rows (see the module's docstring)."""
+    conc = bindparam("p_concurrency", type_=Integer)
+    gconc = bindparam("p_group_concurrency", type_=Integer)
+    n = bindparam("p_n", type_=Integer)
+    live = (
+        select(jobs.c.grp)
+        .where(this_queue(), jobs.c.status == "processing", jobs.c.claim_deadline > NOW)
+        .cte("live")
+        .prefix_with("MATERIALIZED")
+    )
+    busy = (
+        select(live.c.grp, func.count().label("used"))
+        .where(live.c.grp.is_not(None))
+        .group_by(live.c.grp)
+        .cte("busy")
+    )
+    blocked = select(busy.c.grp).where(busy.c.used >= gconc)
+    due = (
+        select(jobs.c.id, jobs.c.priority, jobs.c.run_at, jobs.c.grp)
+        .where(
+            this_queue(),
+            unexpired(),
+            jobs.c.status == "pending",
+            jobs.c.claim_at <= NOW,
+            jobs.c.grp.is_(None) | gconc.is_(None) | jobs.c.grp.not_in(blocked),
+        )
+        .order_by(jobs.c.priority.desc(), jobs.c.claim_at, jobs.c.id)
+        .limit(n)
+        .with_for_update(skip_locked=True)
+        .cte("due")
+    )
+    lapsed = lapsed_rows(paused_check=False)
+    reclaim = reclaimable_of(lapsed, grouped=True)
+    both = union_all(select(due), select(reclaim)).subquery("both")
+    order = (both.c.priority.desc(), both.c.run_at, both.c.id)
+    rated = group_rate_used(select(both.c.grp).where(both.c.grp.is_not(None)))
+    zero = literal(0, type_=Integer)
+    ranked = (
+        select(
+            both.c.id,
+            both.c.grp,
+            func.row_number().over(order_by=order).label("nth"),
+            func.row_number().over(partition_by=both.c.grp, order_by=order).label("in_group"),
+            func.coalesce(busy.c.used, zero).label("used"),
+            func.coalesce(rated.c.used, zero).label("rated"),
+        )
+        .select_from(
+            both.outerjoin(busy, busy.c.grp == both.c.grp).outerjoin(
+                rated, rated.c.grp == both.c.grp
+            )
+        )
+        .cte("ranked")
+    )
+    grc = bindparam("p_group_rate_count", type_=Integer)
+    in_use = select(func.count()).select_from(live).scalar_subquery()
+    room = func.greatest(literal(0, type_=Integer), func.coalesce(conc - in_use, n))
+    fits = ranked.c.grp.is_(None) | gconc.is_(None) | (ranked.c.in_group + ranked.c.used <= gconc)
+    fits_rate = ranked.c.grp.is_(None) | grc.is_(None) | (ranked.c.in_group + ranked.c.rated <= grc)
+    picked = (
+        select(ranked.c.id, ranked.c.grp)
+        .where(fits, fits_rate)
+        .order_by(ranked.c.nth)
+        .limit(func.least(n, room, queue_rate_room(n)))
+        .cte("picked")
+    )
+    # Groups full once this claim is done: their other pending rows are parked.
+    taken = (
+        select(picked.c.grp, func.count().label("took"))
+        .where(picked.c.grp.is_not(None))
+        .group_by(picked.c.grp)
+        .subquery("taken")
+    )
+    full = union_all(
+        select(busy.c.grp).where(busy.c.used >= gconc),
+        select(taken.c.grp)
+        .select_from(taken.outerjoin(busy, busy.c.grp == taken.c.grp))
+        .where(taken.c.took + func.coalesce(busy.c.used, literal(0, type_=Integer)) >= gconc),
+    ).subquery("full")
+    to_hold = (
+        select(jobs.c.id)
+        .where(
+            this_queue(),
+            jobs.c.status == "pending",
+            ~jobs.c.parked,
+            jobs.c.grp.in_(select(full.c.grp)),
+            jobs.c.id.not_in(select(picked.c.id)),
+        )
+        .limit(bindparam("p_hold_limit", type_=Integer))
+        .with_for_update(skip_locked=True)
+    )
+    hold = update(jobs).where(id_among(to_hold)).values(parked=True).returning(jobs.c.id)
+    return (
+        update(jobs)
+        .where(id_among(select(picked.c.id)))
+        .values(
+            status="processing",
+            attempts=jobs.c.attempts + 1,
+            worker_id=bindparam("p_worker_id", type_=Text),
+            claim_deadline=NOW + jobs.c.visibility_timeout,
+            deadline_floor=NOW + jobs.c.visibility_timeout,
+        )
+        .returning(*LIVE)
+        .add_cte(bury_exhausted_of(lapsed))
+        .add_cte(hold.cte("hold"))
+        .add_cte(*log_claims(picked))
+    )

@@ -1,0 +1,128 @@
+"""F2, F3 across processes: handlers in several worker processes log when they start
+and end (database clock); a window query over those rows finds the most that ever
+overlapped -- per queue and per group -- and it never passes the limit, with claims
+ahead on and one worker killed (-9) mid-drain (its jobs lapse and run again)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import URL, Engine
+
+from alkstore_sa import EnqueueOpts, Limits, QueueOpts, Store
+
+from .._drivers import ASYNC_FACES, async_url
+from .._qtools import sql
+from .._workers import wait_for
+
+SCRIPT = Path(__file__).with_name("_flow_worker.py")
+ROOT = SCRIPT.parents[2]
+
+# The most rows of one partition that held a span at once: +1 at each start,
+# -1 at each end, summed in time order (a start and an end at the same instant:
+# the end first, so touching spans do not count as overlapping).
+PEAK = """
+WITH events AS (
+    SELECT {part} AS part, started AS at, 1 AS delta FROM flow_spans WHERE {where}
+    UNION ALL
+    SELECT {part}, ended, -1 FROM flow_spans WHERE {where}
+), running AS (
+    SELECT part, sum(delta) OVER (PARTITION BY part ORDER BY at, delta
+                                  ROWS UNBOUNDED PRECEDING) AS n
+    FROM events
+)
+SELECT coalesce(max(n), 0) AS peak FROM running
+"""
+
+
+def _peak(engine: Engine, part: str, where: str = "true", **params: Any) -> int:
+    return int(sql(engine, PEAK.format(part=part, where=where), **params)[0]["peak"])
+
+
+def _start(cfg: dict[str, Any], log: Path) -> subprocess.Popen[str]:
+    with open(log, "w") as err:
+        return subprocess.Popen(
+            [sys.executable, str(SCRIPT), json.dumps(cfg)],
+            stderr=err,
+            text=True,
+            cwd=ROOT,
+        )
+
+
+def test_f2_f3_overlap_across_processes_stays_within_the_limits_through_a_kill(
+    database_url: URL, engine: Engine, tmp_path: Path
+) -> None:
+    sql(
+        engine,
+        "CREATE TABLE flow_spans (job_id bigint, attempt int, grp text, pid int,"
+        " started timestamptz, ended timestamptz)",
+    )
+    queue, conc, gconc = "f-overlap", 3, 1
+    with Store(engine) as store:
+        q = store.queue(queue, QueueOpts(visibility_timeout=1))
+        q.set_limits(Limits(concurrency=conc, group_concurrency=gconc))
+        for g in range(4):
+            q.enqueue_many([b"x"] * 6, EnqueueOpts(group=f"g{g}"))
+        q.enqueue_many([b"y"] * 8)
+        total = 32
+        url = database_url.render_as_string(hide_password=False)
+        kinds = ["sync", *ASYNC_FACES][:3]
+        procs = []
+        for i, kind in enumerate(kinds):
+            cfg = {
+                "url": url,
+                "async_url": async_url(
+                    database_url, kind if kind != "sync" else "async"
+                ).render_as_string(hide_password=False),
+                "kind": kind,
+                "queue": queue,
+                "concurrency": 4,  # more slots than the limit: claims ahead happen
+                "sleep": 0.03,
+                "visibility_timeout": 1,
+            }
+            procs.append(_start(cfg, tmp_path / f"w{i}.log"))
+        try:
+            wait_for(lambda: len(sql(engine, "SELECT 1 FROM flow_spans")) >= 5, timeout=30)
+            victim = procs[0]
+            running = "SELECT 1 FROM flow_spans WHERE pid = :pid AND ended IS NULL"
+            wait_for(lambda: sql(engine, running, pid=victim.pid), timeout=30, every=0.001)
+            victim.kill()  # -9: its claims lapse and run again elsewhere
+            victim.wait()
+            sql(
+                engine,
+                "UPDATE flow_spans SET ended = clock_timestamp()"
+                " WHERE pid = :pid AND ended IS NULL",
+                pid=victim.pid,
+            )
+            # Lowered mid-drain: from the change on, at most 2 at once.
+            changed_at = sql(engine, "SELECT clock_timestamp() AS t")[0]["t"]
+            q.set_limits(Limits(concurrency=conc - 1, group_concurrency=gconc))
+            wait_for(lambda: q.stats().due + q.stats().processing == 0, timeout=60)
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        spans = sql(engine, "SELECT count(DISTINCT job_id) AS n FROM flow_spans")[0]["n"]
+        assert spans == total
+    assert _peak(engine, "'queue'") <= conc
+    # Spans that started after the change (claims in flight then may still finish).
+    settled = sql(
+        engine,
+        "SELECT max(started) AS t FROM flow_spans WHERE started < :at",
+        at=changed_at,
+    )[0]["t"]
+    assert _peak(engine, "'queue'", "started > :settled", settled=settled) <= conc - 1
+    assert _peak(engine, "grp", "grp IS NOT NULL") <= gconc
+    # The limit was used, not merely respected: the jobs ran concurrently.
+    assert _peak(engine, "'queue'") == conc
+    reruns = sql(engine, "SELECT count(*) AS n FROM flow_spans WHERE attempt > 1")[0]["n"]
+    assert reruns >= 1  # the killed worker's job ran again
+    print("peaks", reruns, _peak(engine, "'queue'"), _peak(engine, "grp", "grp IS NOT NULL"))
