@@ -1,9 +1,8 @@
 """The asyncio face: ``AsyncStore``, ``AsyncQueue``, ``AsyncJobHandle``.
 
-A thin layer, like SQLAlchemy's own ``ext/asyncio``: every method validates
-through the same ``_core`` as the sync face and runs the same sync call
-through ``run_sync`` -- on the caller's ``AsyncSession``/``AsyncConnection``
-or on a connection of the store's own.  No rule is written here.
+A thin layer, like SQLAlchemy's ``ext/asyncio``: each method validates through
+the sync face's ``_core`` and runs the same call through ``run_sync``, on the
+caller's ``AsyncSession``/``AsyncConnection`` or a connection of the store's.
 """
 
 from __future__ import annotations
@@ -334,14 +333,12 @@ def queue_parts(queue: AsyncQueue) -> tuple[AsyncStore, QueueCore]:
 
 
 async def detached_connection(store: AsyncStore) -> tuple[AsyncConnection, Any]:
-    """A new connection of ``store``'s engine, taken out of its pool for good.
+    """A new connection of ``store``'s engine, taken out of its pool for good, and
+    its driver connection (read before the detach, which forgets it).
 
-    For the worker's asyncpg listener (D1): made as the pool makes its
-    connections (URL, ``connect_args``, ``creator``, ``do_connect`` hooks),
-    but never handed back, so its LISTEN registrations cannot leak into the
-    pool; closing it closes the driver connection.  Returned with the
-    driver's own connection object (read before the detach, which forgets it).
-    """
+    For the worker's asyncpg listener (D1): made as the pool makes connections
+    (URL, ``connect_args``, ``creator``, ``do_connect``) but never handed back,
+    so its LISTEN registrations cannot leak into the pool."""
     store._life.check_open()
     conn = await store.engine.connect()
     try:

@@ -104,22 +104,16 @@ jobs = Table(
     Column("claim_deadline", _TZ),
     Column("created_at", _TZ, nullable=False, server_default=text("statement_timestamp()")),
     Column("last_error", Text),
-    # B2: the job's last ERROR_HISTORY_LIMIT errors, oldest first; NULL before any.
-    Column("errors", JSONB),
-    # B3: the enqueuer's propagated trace context (W3C carrier); NULL when untraced.
-    Column("trace_context", JSONB),
-    # U1: the job's unique key; NULL for a job without one.
-    Column("unique_key", Text),
-    # Heartbeats without index churn (internal): a lower bound on claim_deadline,
-    # never raised by a heartbeat, which the lapse index keys on so that an
-    # extending heartbeat changes no indexed column (a HOT update).
+    Column("errors", JSONB),  # B2: the last ERROR_HISTORY_LIMIT errors, oldest first
+    Column("trace_context", JSONB),  # B3: the enqueuer's W3C carrier; NULL when untraced
+    Column("unique_key", Text),  # U1: the job's unique key, or NULL
+    # Heartbeats without index churn (internal): a lower bound on claim_deadline
+    # that the lapse index keys on, never raised by a heartbeat (a HOT update).
     Column("deadline_floor", _TZ),
-    # Parking (internal): a pending row out of the claim's index range -- an
-    # expired one awaiting the sweep (S3, ``_sql/claim.park``), or one whose
-    # group is at its limit (F3, ``_sql/flow_claim.py``).
+    # Parking (internal): a pending row out of the claim's index range: expired
+    # (S3, ``_sql/claim.park``) or of a group at its limit (F3, ``flow_claim.py``).
     Column("parked", Boolean, nullable=False, server_default=text("false")),
-    # The claim index's time key: run_at, or +infinity once parked (never in
-    # the due range); computed, so no statement that sets run_at forgets it.
+    # The claim index's time key: run_at, or +infinity once parked (computed).
     Column(
         "claim_at",
         _TZ,
@@ -129,8 +123,7 @@ jobs = Table(
     # R1: how long the job is kept once acked (resolved at enqueue); NULL: deleted.
     Column("keep_completed", Interval),
     Column("grp", Text),  # F3: the job's group (EnqueueOpts.group), or NULL
-    # G1: the workflow this job is a step of (migration 0013); NULL for every
-    # other job.  The workflow triggers fire only for rows where it is set.
+    # G1: the workflow of a step, else NULL; the workflow triggers fire only where set.
     Column("workflow_id", BigInteger),
     CheckConstraint("status IN ('pending', 'processing')", name="status"),
     CheckConstraint("attempts >= 0", name="attempts"),
@@ -171,8 +164,7 @@ jobs = Table(
         "expires_at",
         postgresql_where=text("status = 'pending' AND NOT parked AND expires_at IS NOT NULL"),
     ),
-    # Migration 0007 also sets fillfactor = 70 (room for HOT heartbeats); not
-    # declared here, since Alembic does not compare storage parameters.
+    # 0007 also sets fillfactor = 70 (HOT heartbeats; Alembic does not compare it).
     # Lapsed claims: reclaimed or dead-lettered before each claim (Q12).
     # Candidates by deadline_floor, each re-checked against claim_deadline.
     Index(
@@ -188,9 +180,8 @@ jobs = Table(
         "expires_at",
         postgresql_where=text("expires_at IS NOT NULL"),
     ),
-    # U1: at most one live job per queue and key.  Keyed enqueues insert
-    # ON CONFLICT against it (the database decides, never a read first),
-    # and look a live key's job up through it.
+    # U1: at most one live job per queue and key: keyed enqueues insert ON
+    # CONFLICT against it, and look a live key's job up through it.
     Index(
         "jobs_queue_unique_key_ix",
         "queue",
@@ -240,10 +231,10 @@ dead_jobs = Table(
     CheckConstraint(_ERRORS_ARRAY, name="errors"),
     # Retention purges walk this (Q25).
     Index("dead_jobs_queue_died_at_ix", "queue", "died_at"),
-    # Added by 0011: the job's R1 stamp, kept so a requeue restores it.
+    # Added by 0011, 0012, 0013: the R1 stamp, the group (F3) and the workflow
+    # of a step (G2), kept so a requeue restores them.
     Column("keep_completed", Interval),
-    Column("grp", Text),  # added by 0012: the job's group (F3), for a requeue
-    # Added by 0013: the workflow of a step (G2), kept so a requeue restores it.
+    Column("grp", Text),
     Column("workflow_id", BigInteger),
 )
 
@@ -273,8 +264,7 @@ completed_jobs = Table(
     Column("finished_at", _TZ, nullable=False),
     Column("keep_until", _TZ, nullable=False),
     Column("grp", Text),  # added by 0012 (F3)
-    # Added by 0013: the workflow of a kept step (G1).
-    Column("workflow_id", BigInteger),
+    Column("workflow_id", BigInteger),  # added by 0013 (G1)
     # The sweep deletes by (queue, keep_until); listings go by id.
     Index("completed_jobs_queue_keep_until_ix", "queue", "keep_until"),
     Index("completed_jobs_queue_id_ix", "queue", "id"),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection, Update
 
-from .._values.job import Job, SweepResult, decode_claimed, shown_row
+from .._values.job import Job, SweepResult, decode_claimed
 from . import flow as _flow
 from . import workflow as _workflow
 from .execute import fetch

@@ -95,5 +95,5 @@ def test_g4_a_step_with_a_group_is_refused_before_sql(store: Store) -> None:
     wf = Workflow(store, name="grouped")
     with pytest.raises(ValueError, match="group"):
         wf.add_job(store.queue("g4"), b"x", opts=EnqueueOpts(group="tenant-7"))
-    with pytest.raises(ValueError, match="no step"):
+    with pytest.raises(ValueError, match="has no steps"):
         wf.defer()  # nothing was added

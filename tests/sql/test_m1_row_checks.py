@@ -79,6 +79,7 @@ def _every_job(url: URL) -> dict[str, list[dict[str, Any]]]:
 # with 0012, F3; workflow_id with 0013, G1).
 _COLUMNS_0008 = [c for c in LIVE_COLUMNS if c not in ("keep_completed", "grp", "workflow_id")]
 
+
 def _rows(url: URL, ids: list[int]) -> list[dict[str, object]]:
     with connect(url) as conn:
         found = conn.execute(
