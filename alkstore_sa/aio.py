@@ -42,8 +42,7 @@ AsyncSessionLike = AsyncSession | AsyncConnection
 
 
 class AsyncStore:
-    """A job store over an ``AsyncEngine`` (``postgresql+psycopg`` or
-    ``postgresql+asyncpg``, D1) and one schema."""
+    """A job store over an ``AsyncEngine`` (psycopg or asyncpg, D1) and one schema."""
 
     def __init__(self, engine: AsyncEngine, *, schema: str = DEFAULT_SCHEMA) -> None:
         check_engine(engine, AsyncEngine, "AsyncStore")
@@ -322,8 +321,7 @@ async def run_call(
     *,
     atomic: bool = False,
 ) -> T:
-    """Run ``call`` exactly as ``store``'s own methods do (lifecycle, errors, connection);
-    ``atomic``: in one transaction of its own (a multi-statement call like a sweep)."""
+    """Run ``call`` as ``store``'s own methods do; ``atomic``: in one transaction."""
     return await store._run(call, session, atomic=atomic)
 
 
