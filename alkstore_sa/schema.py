@@ -174,12 +174,7 @@ jobs = Table(
         postgresql_where=text("status = 'processing'"),
     ),
     # sweep_expired() finds past-expiry rows without a scan (Q25).
-    Index(
-        "jobs_expiry_ix",
-        "queue",
-        "expires_at",
-        postgresql_where=text("expires_at IS NOT NULL"),
-    ),
+    Index("jobs_expiry_ix", "queue", "expires_at", postgresql_where=text("expires_at IS NOT NULL")),
     # U1: at most one live job per queue and key: keyed enqueues insert ON
     # CONFLICT against it, and look a live key's job up through it.
     Index(

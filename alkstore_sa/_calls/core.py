@@ -3,9 +3,8 @@
 ``QueueCore`` (with ``HandleCore`` in ``handle.py`` and the operator's calls
 in ``admin.py``) validates arguments before any SQL and returns a *call*: a
 function of one sync ``Connection`` that runs the operation in ``_db.ops``.
-The sync faces run the call on a connection directly; the async faces hand
-it to ``run_sync``.  So each rule lives here or in ``_db`` once, and both
-APIs obey it.
+The sync faces run the call on a connection; the async faces hand it to
+``run_sync``.  So each rule lives here or in ``_db`` once, for both APIs.
 """
 
 from __future__ import annotations
