@@ -302,7 +302,8 @@ class FakeBackend:
     ) -> None:
         assert isinstance(port, FakePort)
         await asyncio.sleep(self._listen_after)
-        port.db.wake = lambda queue: wake(channels[0])
+        # The queue's channel comes after the store's control channel (C1).
+        port.db.wake = lambda queue: wake(channels[-1])
         self.notify = wake  # C1: ``notify(channel, payload)`` as a NOTIFY would
         self.channels = list(channels)
         on_listening(True)

@@ -252,7 +252,7 @@ class Supervisor:
 
             listeners.append(
                 backend.listen(
-                    members[0].port, application_name, [*by_channel, *controls], wake, listening
+                    members[0].port, application_name, [*controls, *by_channel], wake, listening
                 )
             )
         return listeners

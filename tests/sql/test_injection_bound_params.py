@@ -294,6 +294,8 @@ def test_q26_worker_binds_values_and_listens_on_a_quoted_hostile_channel(
             with store.engine.connect() as conn:
                 return conn.execute(text(LISTEN_QUERY), {"app": f"alkstore {WORKER}"}).scalar()
 
+        # The store's control channel (C1) is LISTENed first, the queue's last:
+        # the last LISTEN is what pg_stat_activity shows.
         listen = wait_for(listening)
         q = store.queue(HOSTILE_QUEUE, opts)
         assert listen == 'LISTEN "alkstore.q_marker_7f3"";UNLISTEN/**/*;--"'
