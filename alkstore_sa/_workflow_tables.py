@@ -50,6 +50,7 @@ _JOB_COLUMNS = (
     "trace_context",
     "unique_key",
     "keep_completed",
+    "grp",
 )
 
 

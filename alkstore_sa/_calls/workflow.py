@@ -59,12 +59,6 @@ class WorkflowCore:
             raise ValueError(f"workflow {self.name!r}: at most {MAX_STEPS:,} steps")
         if opts is not None and not isinstance(opts, EnqueueOpts):
             raise TypeError(f"opts must be EnqueueOpts, got {type(opts).__name__}")
-        if opts is not None and opts.group is not None:
-            # A step's row is promoted by the workflow's triggers, which carry no
-            # group yet: refused rather than run outside its group's limits.
-            raise ValueError(
-                f"workflow {self.name!r}: a step cannot have a group (EnqueueOpts.group) yet"
-            )
         data = v.payload(payload)
         limit = core.opts.max_payload_bytes
         if limit is not None and len(data) > limit:
@@ -96,6 +90,7 @@ class WorkflowCore:
                 expires_in=stamps.expires_in,
                 unique_key=key,
                 keep_completed=stamps.keep_completed,
+                grp=None if opts is None else opts.group,
                 after=tuple(s.index for s in upstream),
             )
         )

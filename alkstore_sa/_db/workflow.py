@@ -34,6 +34,7 @@ class PlannedStep:
     expires_in: timedelta | None
     unique_key: str | None
     keep_completed: timedelta | None
+    grp: str | None  # F3: the step's group (EnqueueOpts.group)
     after: tuple[int, ...]
 
 
@@ -92,6 +93,7 @@ def defer(
         "expires_in",
         "unique_key",
         "keep_completed",
+        "grp",
     ):
         params[f"p_{column}s"] = [getattr(p, column) for p in planned]
     fetch(conn, address, wf_sql.insert_steps(), params)

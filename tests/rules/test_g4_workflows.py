@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from alkstore_sa import EnqueueOpts, Store, Workflow
+from alkstore_sa import EnqueueOpts, Limits, Store, Workflow
 
 from ._wf import SyncWorkflow
 
@@ -90,10 +90,19 @@ def test_g4_a_key_taken_while_the_step_waited_kills_the_step_not_the_ack(qs: Any
     assert [j.id for j in q.claim_batch("w", 5)] == [holder]
 
 
-def test_g4_a_step_with_a_group_is_refused_before_sql(store: Store) -> None:
-    # F3 groups do not reach a promoted step yet: refused, not run outside its limits.
-    wf = Workflow(store, name="grouped")
-    with pytest.raises(ValueError, match="group"):
-        wf.add_job(store.queue("g4"), b"x", opts=EnqueueOpts(group="tenant-7"))
-    with pytest.raises(ValueError, match="has no steps"):
-        wf.defer()  # nothing was added
+def test_g4_a_step_keeps_its_group_while_waiting_and_once_promoted(qs: Any) -> None:
+    # F3 x G1: the group rides with the waiting step into jobs, so the step
+    # obeys its group's limits like any grouped job.
+    q = qs.queue("g4g")
+    q.set_limits(Limits(group_concurrency=1))
+    wf = SyncWorkflow(qs, "grouped")
+    a = wf.add_job(q, b"a", opts=EnqueueOpts(group="tenant-7"))
+    b = wf.add_job(q, b"b", after=[a], opts=EnqueueOpts(group="tenant-7"))
+    run = wf.defer()
+    waiting = q.get_job(run.job_ids[b])
+    assert (waiting.group, waiting.waiting_on) == ("tenant-7", (run.job_ids[a],))
+    [first] = q.claim_batch("w", 5)
+    assert (first.id, first.job.group) == (run.job_ids[a], "tenant-7")
+    assert first.ack()
+    [second] = q.claim_batch("w", 5)  # promoted by a's ack, the group's one slot free
+    assert (second.id, second.job.group) == (run.job_ids[b], "tenant-7")

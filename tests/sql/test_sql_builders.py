@@ -148,6 +148,7 @@ EXPECTED: dict[str, set[str]] = {
         "p_expires_ins",
         "p_unique_keys",
         "p_keep_completeds",
+        "p_grps",
         "p_remainings",
         "p_ups",
         "p_downs",

@@ -72,6 +72,7 @@ PARAMS: dict[str, Any] = {
     "p_visibility_timeouts": [timedelta(seconds=5)],
     "p_expires_ins": [None],
     "p_keep_completeds": [None],
+    "p_grps": [None],
     "p_remainings": [0],
     "p_ups": [1],
     "p_downs": [1],

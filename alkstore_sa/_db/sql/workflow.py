@@ -74,6 +74,7 @@ STEP_JOB_COLUMNS = (
     "trace_context",
     "unique_key",
     "keep_completed",
+    "grp",
 )
 
 
@@ -132,6 +133,7 @@ def insert_steps() -> Select[Any]:
         "expires_in": Interval,
         "unique_key": Text,
         "keep_completed": Interval,
+        "grp": Text,
         "remaining": Integer,
     }
     given = (
@@ -155,6 +157,7 @@ def insert_steps() -> Select[Any]:
         NOW,
         given.c.unique_key,
         given.c.keep_completed,
+        given.c.grp,
     )
     columns = [
         "id",
@@ -172,6 +175,7 @@ def insert_steps() -> Select[Any]:
         "created_at",
         "unique_key",
         "keep_completed",
+        "grp",
     ]
     made = insert(steps).from_select(columns, source).returning(steps.c.id).cte("made")
     pairs = (

@@ -53,7 +53,6 @@ def waiting_job() -> Select[Any]:
         "status": word("pending"),
         "worker_id": null().cast(Text),
         "claim_deadline": null().cast(DateTime(timezone=True)),
-        "grp": null().cast(Text),  # steps take no group (F3) yet: refused at add
     }
     columns = [shown[name] if name in shown else steps.c[name] for name in LIVE_COLUMNS]
     return select(

@@ -54,7 +54,7 @@ TZ = sa.DateTime(timezone=True)
 # The job columns a waiting step holds, in the order a promotion copies them.
 _STEP_JOB_COLUMNS = (
     "id, queue, payload, priority, run_at, attempts, max_attempts, visibility_timeout, "
-    "expires_at, created_at, last_error, errors, trace_context, unique_key, keep_completed"
+    "expires_at, created_at, last_error, errors, trace_context, unique_key, keep_completed, grp"
 )
 
 # The functions' bodies.  ``{s}`` is the schema, quoted as an identifier (never a
@@ -66,11 +66,11 @@ BEGIN
   -- The waiting steps among ids to dead_jobs, last_error = why (and in the history).
   INSERT INTO {s}.dead_jobs (
     id, queue, payload, priority, run_at, attempts, max_attempts, visibility_timeout,
-    expires_at, created_at, trace_context, unique_key, keep_completed, workflow_id,
+    expires_at, created_at, trace_context, unique_key, keep_completed, grp, workflow_id,
     last_error, died_at, errors)
   SELECT w.id, w.queue, w.payload, w.priority, w.run_at, w.attempts, w.max_attempts,
          w.visibility_timeout, w.expires_at, w.created_at, w.trace_context, w.unique_key,
-         w.keep_completed, w.workflow_id, why, statement_timestamp(),
+         w.keep_completed, w.grp, w.workflow_id, why, statement_timestamp(),
          jsonb_path_query_array(
            coalesce(w.errors, '[]'::jsonb) || jsonb_build_array(jsonb_build_object(
              'attempt', w.attempts, 'at', statement_timestamp(), 'error', why,
@@ -185,7 +185,7 @@ BEGIN
     run_at = NEW.run_at, attempts = NEW.attempts, max_attempts = NEW.max_attempts,
     visibility_timeout = NEW.visibility_timeout, expires_at = NEW.expires_at,
     last_error = NEW.last_error, errors = NEW.errors, trace_context = NEW.trace_context,
-    unique_key = NEW.unique_key, keep_completed = NEW.keep_completed
+    unique_key = NEW.unique_key, keep_completed = NEW.keep_completed, grp = NEW.grp
   WHERE id = NEW.id;
   -- Never committed in jobs, so no claim saw it; the delete trigger finds it waiting.
   DELETE FROM {s}.jobs WHERE id = NEW.id;
@@ -266,6 +266,7 @@ def upgrade() -> None:
         sa.Column("trace_context", sa.dialects.postgresql.JSONB()),
         sa.Column("unique_key", sa.Text()),
         sa.Column("keep_completed", sa.Interval()),
+        sa.Column("grp", sa.Text()),  # F3 (0012): a step keeps its group until promoted
         sa.CheckConstraint(
             "state IN ('waiting', 'live', 'completed', 'dead', 'cancelled')",
             name="state",
