@@ -28,7 +28,7 @@ from sqlalchemy import (
     text,
 )
 
-__all__ = ["STEP_STATES", "define"]
+__all__ = ["JOB_COLUMNS", "STEP_STATES", "define"]
 
 # waiting: some upstream not acked yet (the would-be job row is held in the
 # step); live: its row is in jobs; completed: acked; dead: in dead_jobs (or
@@ -37,7 +37,7 @@ STEP_STATES = ("waiting", "live", "completed", "dead", "cancelled")
 
 # The job columns a step holds as they are in jobs, but for ``payload``
 # (NULL once the step has left waiting).
-_JOB_COLUMNS = (
+JOB_COLUMNS = (
     "priority",
     "run_at",
     "attempts",
@@ -84,7 +84,7 @@ def define(metadata: MetaData, jobs: Table, tz: DateTime) -> tuple[Table, Table,
         # the step's row, so that the last of concurrent acks sees it reach 0.
         Column("remaining", Integer, nullable=False),
         Column("payload", jobs.c.payload.type),
-        *(copied(name) for name in _JOB_COLUMNS),
+        *(copied(name) for name in JOB_COLUMNS),
         CheckConstraint(
             "state IN (" + ", ".join(f"'{s}'" for s in STEP_STATES) + ")", name="state"
         ),

@@ -31,6 +31,7 @@ from sqlalchemy import (
     true,
 )
 
+from ..._workflow_tables import JOB_COLUMNS
 from ...schema import (
     completed_jobs,
     dead_jobs,
@@ -58,24 +59,7 @@ edges = workflow_edges
 
 # The job columns a step holds and a promotion copies into jobs (the
 # migration's trigger copies the same list).
-STEP_JOB_COLUMNS = (
-    "id",
-    "queue",
-    "payload",
-    "priority",
-    "run_at",
-    "attempts",
-    "max_attempts",
-    "visibility_timeout",
-    "expires_at",
-    "created_at",
-    "last_error",
-    "errors",
-    "trace_context",
-    "unique_key",
-    "keep_completed",
-    "grp",
-)
+STEP_JOB_COLUMNS = ("id", "queue", "payload", *JOB_COLUMNS)
 
 
 def word(value: str) -> ColumnElement[str]:
