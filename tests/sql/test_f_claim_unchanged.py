@@ -1,5 +1,6 @@
 """F1's "no cost for queues without limits": the unlimited claim is the statement it
-was before flow control, but for the new ``grp`` column it carries along.
+was before flow control, but for the new ``grp`` (and G1's ``workflow_id``)
+columns it carries along.
 
 The hashes are of the four claim statements as rendered at 262bc07 (before
 revision 0012).  Today's text, with the three places the new column rides
@@ -30,9 +31,12 @@ BEFORE = {
 def test_f1_the_unlimited_claim_is_the_statement_it_was(name: str) -> None:
     text = str(getattr(claim, name)().compile(dialect=postgresql.dialect()))
     assert "paused_queues.concurrency" not in text and "group" not in text
+    # And G1's workflow_id, which rides along the same way (0013).
     without_group = (
         text.replace(", alkstore.jobs.grp", "")
+        .replace(", alkstore.jobs.workflow_id", "")
         .replace(", exhausted_moved.grp AS grp", "")
-        .replace(", keep_completed, grp,", ", keep_completed,")
+        .replace(", exhausted_moved.workflow_id AS workflow_id", "")
+        .replace(", keep_completed, grp, workflow_id,", ", keep_completed,")
     )
     assert hashlib.sha256(without_group.encode()).hexdigest() == BEFORE[name]

@@ -95,6 +95,7 @@ __all__ = [
     "SKIP_SCAN_SINCE",
     "claim",
     "claim_bounded",
+    "claim_picked",
     "claim_walk",
     "claim_walk_bounded",
     "park",
@@ -111,6 +112,12 @@ def _claim(due: Select[Any], sized: bool = False) -> Update:
         picked = (
             select(both.c.id).order_by(*order).limit(bindparam("p_n", type_=Integer)).cte("picked")
         )
+    return claim_picked(picked, lapsed)
+
+
+def claim_picked(picked: CTE, lapsed: CTE) -> Update:
+    """The claim of the ``picked`` ids (Q8, Q11), lapsed rows at their last attempt
+    buried in the same statement (Q12): the unlimited and the limited claim's end."""
     return (
         update(jobs)
         .where(id_among(select(picked.c.id)))

@@ -35,7 +35,6 @@ from functools import cache
 
 from sqlalchemy import (
     Integer,
-    Text,
     Update,
     bindparam,
     func,
@@ -46,9 +45,10 @@ from sqlalchemy import (
 )
 
 from ...schema import jobs
-from ._common import LIVE, NOW, id_among, this_queue, unexpired
+from ._common import NOW, id_among, this_queue, unexpired
+from .claim import claim_picked
 from .flow_rate import group_rate_used, log_claims, queue_rate_room
-from .lapsed import bury_exhausted_of, lapsed_rows, reclaimable_of
+from .lapsed import lapsed_rows, reclaimable_of
 
 __all__ = ["HOLD_LIMIT", "claim_limited"]
 
@@ -151,18 +151,4 @@ def claim_limited() -> Update:
         .with_for_update(skip_locked=True)
     )
     hold = update(jobs).where(id_among(to_hold)).values(parked=True).returning(jobs.c.id)
-    return (
-        update(jobs)
-        .where(id_among(select(picked.c.id)))
-        .values(
-            status="processing",
-            attempts=jobs.c.attempts + 1,
-            worker_id=bindparam("p_worker_id", type_=Text),
-            claim_deadline=NOW + jobs.c.visibility_timeout,
-            deadline_floor=NOW + jobs.c.visibility_timeout,
-        )
-        .returning(*LIVE)
-        .add_cte(bury_exhausted_of(lapsed))
-        .add_cte(hold.cte("hold"))
-        .add_cte(*log_claims(picked))
-    )
+    return claim_picked(picked, lapsed).add_cte(hold.cte("hold")).add_cte(*log_claims(picked))
