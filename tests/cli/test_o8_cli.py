@@ -176,6 +176,8 @@ def _as_json(job: Job) -> dict[str, object]:
                 }
                 for e in value
             ]
+        elif isinstance(value, tuple):  # G1's waiting_on: a JSON array
+            value = list(value)
         out[f.name] = value
     return out
 
