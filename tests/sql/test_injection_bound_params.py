@@ -295,10 +295,10 @@ def test_q26_worker_binds_values_and_listens_on_a_quoted_hostile_channel(
                 return conn.execute(text(LISTEN_QUERY), {"app": f"alkstore {WORKER}"}).scalar()
 
         # The store's control channel (C1) is LISTENed first, the queue's last:
-        # the last LISTEN is what pg_stat_activity shows.
-        listen = wait_for(listening)
+        # pg_stat_activity shows the last LISTEN sent, so wait for the queue's.
+        quoted = 'LISTEN "alkstore.q_marker_7f3"";UNLISTEN/**/*;--"'
+        wait_for(lambda: listening() == quoted)
         q = store.queue(HOSTILE_QUEUE, opts)
-        assert listen == 'LISTEN "alkstore.q_marker_7f3"";UNLISTEN/**/*;--"'
         ok, failed, retried = (q.enqueue(p) for p in (b"ok", b"fail", b"retry"))
         wait_for(lambda: q.get_job(ok) is None, timeout=10)
         wait_for(lambda: q.get_job(failed).status == "dead", timeout=10)  # type: ignore[union-attr]
