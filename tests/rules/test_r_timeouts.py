@@ -378,6 +378,14 @@ def test_r_timeouts_a_claim_whose_park_is_cancelled_claims_nothing(
 # -- the worker: transient, never a crash ----------------------------------------
 
 
+def _claim_failed(caplog: pytest.LogCaptureFixture) -> bool:
+    return any(
+        "claim on w failed" in r.getMessage() and "lock timeout" in r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.WARNING
+    )
+
+
 def _worker(kind: str, fn: Callable[..., Any], **kw: Any) -> Callable[[Any], Any]:
     def build(store: Any) -> Worker | AsyncWorker:
         cls = Worker if kind == "sync" else AsyncWorker
@@ -421,7 +429,10 @@ def test_r_timeouts_a_worker_backs_off_while_lock_timeout_fails_its_claims_and_g
         # and gives up after lock_timeout, for about half a second.
         with held(admin, "LOCK TABLE alkstore.jobs IN ACCESS EXCLUSIVE MODE"):
             # (An enqueue would wait for the lock too: the jobs go in after it.)
-            wait_for(lambda: running.worker.health().db_errors >= 2, timeout=10)
+            # Held until a claim has failed on it: the errors of the first job's
+            # ack alone (retried faster than the re-poll) are not what is pinned.
+            wait_for(lambda: _claim_failed(caplog), timeout=10)
+            assert running.worker.health().db_errors >= 1
             assert running.worker.health().running
         seed.queue("w").enqueue_many([b"%d" % i for i in range(20)])
         wait_for(lambda: len(done) == 21, timeout=15)

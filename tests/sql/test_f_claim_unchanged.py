@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+import sqlalchemy
 from sqlalchemy.dialects import postgresql
 
 from alkstore_sa._db.sql import claim
@@ -27,6 +28,17 @@ BEFORE = {
 }
 
 
+# The hashes are of SQLAlchemy 2.1's compiler output; another minor version
+# renders the same statement with other text (anonymous names, spacing), so
+# there the comparison says nothing either way (CI's oldest-SQLAlchemy leg
+# leaves this file out, .ci/subset).
+RENDERED_WITH = "2.1."
+
+
+@pytest.mark.skipif(
+    not sqlalchemy.__version__.startswith(RENDERED_WITH),
+    reason=f"the pinned hashes are SQLAlchemy {RENDERED_WITH}x's rendering",
+)
 @pytest.mark.parametrize("name", sorted(BEFORE))
 def test_f1_the_unlimited_claim_is_the_statement_it_was(name: str) -> None:
     text = str(getattr(claim, name)().compile(dialect=postgresql.dialect()))
