@@ -161,3 +161,12 @@ def test_v2_unknown_queue_or_job_or_malformed_path_is_404(client: Any, store: St
         r = client.get(path)
         assert r.status_code == 404, (path, r.status_code, r.text[:200])
         assert "Traceback" not in r.text
+
+
+def test_v2_job_page_shows_the_group(client: Any, store: Store) -> None:
+    grouped = store.queue("tenants").enqueue(b"x", EnqueueOpts(group="tenant-<7>"))
+    plain = store.queue("tenants").enqueue(b"y")
+    fields = client.get(f"/queues/tenants/jobs/{grouped}").text.split('class="fields"')[1]
+    assert "<th>Group</th><td><code>tenant-&lt;7&gt;</code>" in fields
+    other = client.get(f"/queues/tenants/jobs/{plain}").text.split('class="fields"')[1]
+    assert '<th>Group</th><td><span class="muted">none</span>' in other
