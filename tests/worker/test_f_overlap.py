@@ -81,15 +81,22 @@ def test_f2_f3_overlap_across_processes_stays_within_the_limits_through_a_kill(
                 "kind": kind,
                 "queue": queue,
                 "concurrency": 4,  # more slots than the limit: claims ahead happen
-                "sleep": 0.03,
+                "sleep": 0.06,
                 "visibility_timeout": 1,
             }
             procs.append(_start(cfg, tmp_path / f"w{i}.log"))
         try:
             wait_for(lambda: len(sql(engine, "SELECT 1 FROM flow_spans")) >= 5, timeout=30)
-            victim = procs[0]
-            running = "SELECT 1 FROM flow_spans WHERE pid = :pid AND ended IS NULL"
-            wait_for(lambda: sql(engine, running, pid=victim.pid), timeout=30, every=0.001)
+            # Whichever worker is inside a handler now (waiting for one chosen in
+            # advance could miss it: the others may take every job left).
+            by_pid = {p.pid: p for p in procs}
+            running = "SELECT pid FROM flow_spans WHERE ended IS NULL"
+            busy = wait_for(
+                lambda: [r["pid"] for r in sql(engine, running) if r["pid"] in by_pid],
+                timeout=30,
+                every=0.001,
+            )
+            victim = by_pid[busy[0]]
             victim.kill()  # -9: its claims lapse and run again elsewhere
             victim.wait()
             sql(
