@@ -239,18 +239,20 @@ def keep_completed(moved: CTE, result: ColumnElement[Any], name: str) -> CTE:
     )
 
 
-def notify_done(rows: CTE) -> CTE:
-    """R3: one ``pg_notify`` on ``:done_channel`` when ``rows`` has a row (waiters re-read)."""
+def notify_once(rows: Any, channel: str, name: str, label: str) -> CTE:
+    """One empty ``pg_notify`` on ``:<channel>`` when ``rows`` has a row (the
+    listener re-reads), as the CTE ``name`` with the column ``label``."""
     return (
-        select(
-            func.pg_notify(bindparam("p_done_channel", type_=Text), literal("", type_=Text)).label(
-                "told"
-            )
-        )
+        select(func.pg_notify(bindparam(channel, type_=Text), literal("", type_=Text)).label(label))
         .select_from(rows)
         .limit(literal(1, type_=Integer))
-        .cte("told")
+        .cte(name)
     )
+
+
+def notify_done(rows: CTE) -> CTE:
+    """R3: one ``pg_notify`` on ``:done_channel`` when ``rows`` has a row (waiters re-read)."""
+    return notify_once(rows, "p_done_channel", "told", "told")
 
 
 def notify_cancelled(rows: CTE) -> CTE:

@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ...schema import flow_rates, jobs, paused_queues
-from ._common import NOW, id_among, queue_param, this_queue, unexpired
+from ._common import NOW, id_among, notify_once, queue_param, this_queue, unexpired
 
 __all__ = [
     "LIMIT_COLUMNS",
@@ -63,16 +63,7 @@ def _this_settings() -> Any:
 
 
 def _wake_if(rows: Any) -> Any:
-    return (
-        select(
-            func.pg_notify(bindparam("p_channel", type_=Text), literal("", type_=Text)).label(
-                "woke"
-            )
-        )
-        .select_from(rows)
-        .limit(literal(1, type_=Integer))
-        .cte("wake")
-    )
+    return notify_once(rows, "p_channel", "wake", "woke")
 
 
 def _unpark_groups() -> Any:
