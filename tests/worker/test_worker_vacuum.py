@@ -39,8 +39,14 @@ def _vacuums(engine: Engine) -> int:
 
 
 def _churn(engine: Engine, jobs: int) -> None:
-    """``jobs`` jobs enqueued, claimed and acked: two dead row versions each."""
+    """``jobs`` jobs enqueued, claimed and acked: two dead row versions each.
+
+    Autovacuum is switched off for this database's jobs table first: on a
+    loaded machine it could vacuum the churn away between here and the
+    worker's look, which would then rightly find nothing to do.
+    """
     with engine.connect() as conn:
+        conn.execute(text("ALTER TABLE alkstore.jobs SET (autovacuum_enabled = false)"))
         conn.execute(
             text(
                 "INSERT INTO alkstore.jobs (queue, payload, run_at, max_attempts,"
