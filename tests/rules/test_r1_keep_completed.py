@@ -69,6 +69,30 @@ def test_r1_without_the_stamp_the_ack_is_the_plain_delete(qs: Any) -> None:
     assert "completed_jobs" not in stmt and "pg_notify" not in stmt
 
 
+def test_r1_ack_batch_without_the_stamp_is_one_plain_delete(qs: Any) -> None:
+    q = qs.queue("r1")
+    q.enqueue_many([b"a", b"b", b"c"])
+    handles = q.claim_batch("w", 3)
+    spy = SqlSpy(sync_engine_of(qs))
+    try:
+        assert q.ack_batch([h.id for h in handles]) == 3
+    finally:
+        spy.close()
+    [stmt] = [s for s, _ in spy.statements if "jobs" in s]
+    assert stmt.lstrip().upper().startswith("DELETE FROM")
+    assert "completed_jobs" not in stmt and "pg_notify" not in stmt
+
+
+def test_r1_ack_batch_of_stamped_and_plain_jobs_acks_each_once(qs: Any, engine: Engine) -> None:
+    q = qs.queue("r1")
+    kept = q.enqueue(b"k", EnqueueOpts(keep_completed=60))
+    plain = q.enqueue(b"p")
+    handles = q.claim_batch("w", 2)
+    assert q.ack_batch([h.id for h in handles] + [10**12]) == 2  # an unknown id: not counted
+    assert q.get_job(kept).status == "completed"
+    assert q.get_job(plain) is None and _completed_rows(engine, plain) == []
+
+
 def test_r1_ack_batch_moves_stamped_jobs_without_a_result(qs: Any) -> None:
     q = qs.queue("r1", QueueOpts(keep_completed=60))
     ids = q.enqueue_many([b"a", b"b"])

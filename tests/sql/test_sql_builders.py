@@ -93,6 +93,7 @@ EXPECTED: dict[str, set[str]] = {
     "handle.heartbeat_held": {"p_job_ids", "p_attempts_list"},
     "handle.still_there": {"p_job_ids"},
     "queue_wide.ack_batch": {"p_queue", "p_job_ids", "p_done_channel"},
+    "queue_wide.ack_batch_unkept": {"p_queue", "p_job_ids"},
     "queue_wide.cancel": {"p_queue", "p_job_id", "p_control_channel"},
     "queue_wide.purge_completed": {"p_queue"},
     "queue_wide.get_job": {"p_queue", "p_job_id"},

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import (
     ARRAY,
     BigInteger,
+    ColumnElement,
     CompoundSelect,
     Interval,
     LargeBinary,
@@ -47,6 +48,7 @@ from .workflow_reads import waiting_job
 __all__ = [
     "EXPIRED_ERROR",
     "ack_batch",
+    "ack_batch_unkept",
     "bury_expired",
     "bury_lapsed",
     "cancel",
@@ -59,25 +61,39 @@ __all__ = [
 EXPIRED_ERROR = "expired"
 
 
+def _held_by_this_queue() -> tuple[ColumnElement[bool], ...]:
+    """Q22's predicate: the Q14 claim check without its attempts clause (a batch
+    ack has only ids)."""
+    return (
+        jobs.c.id == any_(job_ids_param()),
+        jobs.c.queue == queue_param(),
+        jobs.c.status == "processing",
+        jobs.c.claim_deadline > NOW,
+    )
+
+
+@cache
+def ack_batch_unkept() -> ReturningDelete[tuple[int]]:
+    """Q22 for the ``:job_ids`` rows without keep_completed: a plain DELETE.
+
+    The common case, and the first release's statement: ``ack_batch`` runs
+    only when some ids are left over (kept, or no longer held).
+    """
+    return (
+        delete(jobs)
+        .where(*_held_by_this_queue(), jobs.c.keep_completed.is_(None))
+        .returning(jobs.c.id)
+    )
+
+
 @cache
 def ack_batch() -> Select[tuple[int]]:
     """Q22: delete each ``:job_ids`` row this queue still holds unlapsed.
 
-    The Q14 predicate without the attempts clause: a batch ack has only ids.
     Rows stamped with keep_completed move to ``completed_jobs`` with no
     result (R1), and ``:done_channel`` is told once when any did (R3).
     """
-    moved = (
-        delete(jobs)
-        .where(
-            jobs.c.id == any_(job_ids_param()),
-            jobs.c.queue == queue_param(),
-            jobs.c.status == "processing",
-            jobs.c.claim_deadline > NOW,
-        )
-        .returning(*jobs.c)
-        .cte("acked")
-    )
+    moved = delete(jobs).where(*_held_by_this_queue()).returning(*jobs.c).cte("acked")
     kept = keep_completed(moved, null().cast(LargeBinary), "kept")
     told = notify_done(kept)
     return select(moved.c.id).select_from(moved.outerjoin(told, true()))
