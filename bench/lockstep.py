@@ -72,6 +72,10 @@ class Side:
         self.proc.wait()
 
 
+def _database(side: str) -> str:
+    return f"alkstore_lockstep_{os.getpid()}_{side}"
+
+
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.lockstep", description=__doc__.split("\n")[0])
     p.add_argument("rev", help="the git revision to compare the working tree with, e.g. c649b2a")
@@ -113,20 +117,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = given_server(given) if given else start_embedded("alkstore-lockstep-pg-")
     rows: list[dict[str, Any]] = []
     sides: dict[str, Side] = {}
+    made: list[str] = []
+    admin = server.url(server.maintenance_db).render_as_string(hide_password=False)
+    admin_dsn = admin.replace("postgresql+psycopg://", "postgresql://")
     try:
         with tempfile.TemporaryDirectory(prefix="alkstore-lockstep-") as tmp:
             srcs = {
                 "rev": export(args.rev, Path(tmp) / "rev"),
                 "tree": export(args.against, Path(tmp) / "against") if args.against else ROOT,
             }
-            admin = server.url(server.maintenance_db).render_as_string(hide_password=False)
-            admin_dsn = admin.replace("postgresql+psycopg://", "postgresql://")
             with psycopg.connect(admin_dsn, autocommit=True) as conn:
                 for name in srcs:
-                    conn.execute(f'DROP DATABASE IF EXISTS "alkstore_lockstep_{name}"')
-                    conn.execute(f'CREATE DATABASE "alkstore_lockstep_{name}"')
+                    conn.execute(f'CREATE DATABASE "{_database(name)}"')
+                    made.append(_database(name))
             for name, src in srcs.items():
-                db_url = server.url(f"alkstore_lockstep_{name}")
+                db_url = server.url(_database(name))
                 sides[name] = Side(src, db_url.render_as_string(hide_password=False))
             for n in (int(x) for x in args.n.split(",")):
                 for r in range(args.rounds):
@@ -153,6 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         for side in sides.values():
             side.close()
+        if made:
+            with psycopg.connect(admin_dsn, autocommit=True) as conn:
+                for database in made:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         server.stop()
     other = args.against or "tree"
     for n in sorted({row["n"] for row in rows}):
