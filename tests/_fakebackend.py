@@ -299,6 +299,7 @@ class FakeBackend:
         channels: Sequence[str],
         wake: Callable[[str], None],
         on_listening: Callable[[bool], None],
+        recovery: object = None,
     ) -> None:
         assert isinstance(port, FakePort)
         await asyncio.sleep(self._listen_after)

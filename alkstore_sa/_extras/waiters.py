@@ -54,7 +54,7 @@ async def _listen(store: Store | AsyncStore, channel: str, wake: Callable[[], No
     """LISTEN on ``channel`` until cancelled; ``wake()`` on each notification and (re)LISTEN."""
     from ..aio import AsyncStore, run_call
     from ..store import run_call as run_sync_call
-    from ..worker._listener import listen, listen_asyncpg, listen_conninfo
+    from ..worker._listener import NO_RECOVERY, listen, listen_asyncpg, listen_conninfo
 
     def on_listening(up: bool) -> None:
         if up:
@@ -65,7 +65,9 @@ async def _listen(store: Store | AsyncStore, channel: str, wake: Callable[[], No
 
     if isinstance(store, AsyncStore):
         if store.engine.dialect.driver == "asyncpg":
-            await listen_asyncpg(store, APPLICATION_NAME, [channel], woke, on_listening)
+            await listen_asyncpg(
+                store, APPLICATION_NAME, [channel], woke, on_listening, NO_RECOVERY
+            )
             return
         astore = store
 
@@ -80,7 +82,7 @@ async def _listen(store: Store | AsyncStore, channel: str, wake: Callable[[], No
             return await asyncio.to_thread(run_sync_call, sstore, call)
 
     port: Any = _ConninfoPort(conninfo)
-    await listen(port, APPLICATION_NAME, [channel], woke, on_listening)
+    await listen(port, APPLICATION_NAME, [channel], woke, on_listening, NO_RECOVERY)
 
 
 # -- the async face ---------------------------------------------------------------

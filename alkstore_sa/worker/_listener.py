@@ -42,13 +42,20 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from .._db.keepalives import keepalive_params
 from .._db.sockets import driver_fd, shutdown_fd
-from ._port import QueuePort, Wake
+from ._port import QueuePort, Recovery, Wake
 from ._state import reraise_if_cancelled
 
 if TYPE_CHECKING:
     from ..aio import AsyncStore
 
-__all__ = ["AsyncpgListener", "Listener", "listen", "listen_asyncpg", "listen_conninfo"]
+__all__ = [
+    "NO_RECOVERY",
+    "AsyncpgListener",
+    "Listener",
+    "listen",
+    "listen_asyncpg",
+    "listen_conninfo",
+]
 
 log = logging.getLogger("alkstore_sa.worker")
 
@@ -62,6 +69,20 @@ LIVENESS_INTERVAL = 30.0
 # TCP (a frozen server's kernel, a proxy), keepalives never end the wait:
 # past this the connection is broken here and the listener reconnects.
 LIVENESS_TIMEOUT = 10.0
+
+
+class _PlainBackoff:
+    """The ``Recovery`` of a listener with no other database calls to learn from
+    (R3's waiters): its backoff is a plain sleep."""
+
+    recoveries = 0
+
+    async def backoff(self, seconds: float) -> bool:
+        await asyncio.sleep(seconds)
+        return False
+
+
+NO_RECOVERY: Recovery = _PlainBackoff()
 
 
 def listen_conninfo(conn: Connection, *, application_name: str) -> str:
@@ -97,16 +118,19 @@ class _ListenLoop:
         channels: list[str],
         wake: Wake,
         on_listening: Callable[[bool], None],
+        recovery: Recovery,
     ) -> None:
         self._channels = channels
         self._wake = wake
         self._on_listening = on_listening
+        self._recovery = recovery
         self._established = 0  # how many times LISTEN was established (for the logs)
         self._listening = False
 
     async def run(self) -> None:
         """Listen until cancelled, reconnecting when the connection drops."""
         delay = RECONNECT_FIRST
+        seen = self._recovery.recoveries
         while True:
             self._listening = False
             try:
@@ -121,14 +145,17 @@ class _ListenLoop:
                 if self._listening:
                     self._on_listening(False)
                 await self._close()
-            # LISTEN was established (the first success after failed
-            # connects): the backoff restarts from its floor, so a connection
-            # killed after the fault ended is back at once, not after a wait
-            # grown while the server refused.  Only connects that fail in a
-            # row back off further (up to the cap).
-            if self._listening:
+            # The backoff restarts from its floor after LISTEN was established
+            # (the first success after failed connects), and whenever the
+            # database answered the worker's other calls again since the last
+            # attempt; a wait under way ends when it does.  So a connection
+            # killed as a fault ends is back at once, not after a wait grown
+            # while the server refused.  Only connects that fail in a row
+            # while nothing else gets through back off further (to the cap).
+            if self._listening or self._recovery.recoveries != seen:
                 delay = RECONNECT_FIRST
-            await asyncio.sleep(delay)
+            seen = self._recovery.recoveries
+            await self._recovery.backoff(delay)
             delay = min(delay * 2, RECONNECT_CAP)
 
     def _established_now(self) -> None:
@@ -156,8 +183,9 @@ class Listener(_ListenLoop):
         channels: list[str],
         wake: Wake,
         on_listening: Callable[[bool], None],
+        recovery: Recovery,
     ) -> None:
-        super().__init__(channels, wake, on_listening)
+        super().__init__(channels, wake, on_listening, recovery)
         self._conninfo = conninfo  # where to connect, asked for before each connect
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
@@ -191,8 +219,9 @@ class AsyncpgListener(_ListenLoop):
         channels: list[str],
         wake: Wake,
         on_listening: Callable[[bool], None],
+        recovery: Recovery,
     ) -> None:
-        super().__init__(channels, wake, on_listening)
+        super().__init__(channels, wake, on_listening, recovery)
         self._store = store
         self._application_name = application_name[:63]
         self._conn: AsyncConnection | None = None
@@ -257,9 +286,12 @@ async def listen_asyncpg(
     channels: Sequence[str],
     wake: Wake,
     on_listening: Callable[[bool], None],
+    recovery: Recovery,
 ) -> None:
     """The asyncpg ``Backend.listen``: an ``AsyncpgListener`` until cancelled."""
-    await AsyncpgListener(store, application_name, list(channels), wake, on_listening).run()
+    await AsyncpgListener(
+        store, application_name, list(channels), wake, on_listening, recovery
+    ).run()
 
 
 async def listen(
@@ -268,8 +300,9 @@ async def listen(
     channels: Sequence[str],
     wake: Wake,
     on_listening: Callable[[bool], None],
+    recovery: Recovery,
 ) -> None:
     """``Backend.listen`` of both real backends: a ``Listener`` reading where to
     connect from ``port`` before each (re)connect, until cancelled."""
     conninfo = functools.partial(port.listen_conninfo, application_name)
-    await Listener(conninfo, list(channels), wake, on_listening).run()
+    await Listener(conninfo, list(channels), wake, on_listening, recovery).run()

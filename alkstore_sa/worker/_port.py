@@ -161,6 +161,19 @@ class Wake(Protocol):
     def __call__(self, channel: str, payload: str = "", /) -> None: ...
 
 
+class Recovery(Protocol):
+    """Whether the database answers the run's other calls again (``RunState``)."""
+
+    @property
+    def recoveries(self) -> int:
+        """How many times the database answered after a run of failed calls."""
+        ...
+
+    async def backoff(self, seconds: float) -> bool:
+        """Sleep ``seconds``, or less if the database answers meanwhile (then True)."""
+        ...
+
+
 class Backend(Protocol):
     """What a run's ports share; closed once when the run ends."""
 
@@ -171,12 +184,15 @@ class Backend(Protocol):
         channels: Sequence[str],
         wake: Wake,
         on_listening: Callable[[bool], None],
+        recovery: Recovery,
     ) -> None:
         """LISTEN on ``channels`` where ``port``'s database is, until cancelled.
 
         ``wake(channel, payload)`` for each notification; ``on_listening(True)`` each
         time LISTEN is (re)established, since notifications sent while it was
-        down are lost, and ``on_listening(False)`` each time it is lost.
+        down are lost, and ``on_listening(False)`` each time it is lost.  A
+        reconnect's backoff ends, and restarts from its floor, once
+        ``recovery`` says the database answers again.
         """
         ...
 

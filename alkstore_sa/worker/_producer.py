@@ -17,8 +17,12 @@ When it claims (Q26):
 - on the re-poll timer (``poll_interval``), which covers lost notifications
   and delayed jobs it was not told about.
 
-A failed claim is logged and retried after a delay that doubles with each
-failure in a row, from ``poll_interval`` up to ``BACKOFF_CAP`` (B5); wakes
+A failed claim is logged and retried: the first time after ``RETRY_FIRST``
+(the usual lone failure is a pooled connection the server or a proxy
+ended, and the pool has dropped it: the retry goes out on a fresh one, so
+a connection killed as a fault ends costs no poll interval), then after a
+delay that doubles with each failure in a row, from ``poll_interval`` up to
+``BACKOFF_CAP`` (B5); wakes
 do not cut it short, so a database outage (or tables dropped mid-run) is
 never a busy loop, and never silent.  The database answering again does
 (``QueueState.answered``): the listener's LISTEN (re)established (a
@@ -64,6 +68,7 @@ log = logging.getLogger("alkstore_sa.worker")
 
 SETTLE_CAP = 0.05  # a backlog's free slot never waits longer than this for company
 BACKOFF_CAP = 30.0  # the longest wait between claims while they fail (B5)
+RETRY_FIRST = 0.05  # the wait after a first failed claim (then poll_interval, doubling)
 CLAIM_TIMEOUT = 30.0  # seconds a claim waits for its reply before it is abandoned
 ABORT_WAIT = 5.0  # how long an abandoned claim gets to end once its connection is broken
 RATE_WAIT_FLOOR = 0.001  # F4: a rate wait of 0 still waits a moment (no claim spin)
@@ -196,7 +201,10 @@ class Producer:
         self._run.db_failed()
         self._failures += 1
         self._unreported += 1
-        wait = min(self._run.settings.poll_interval * 2 ** (self._failures - 1), BACKOFF_CAP)
+        if self._failures == 1:
+            wait = RETRY_FIRST
+        else:
+            wait = min(self._run.settings.poll_interval * 2 ** (self._failures - 2), BACKOFF_CAP)
         self._backoff_until = self._run.loop.time() + wait
         log.warning(
             "claim on %s failed (%d in a row): %s; next try in %gs",

@@ -224,6 +224,7 @@ class RunState:
     # (``database_answered``): a part sleeping out a backoff waits on it
     # (``backoff``), so no backoff computed during a fault outlives it.
     recovery: asyncio.Event = field(default_factory=asyncio.Event)
+    recoveries: int = 0  # how many times that happened (the listener's backoff reads it)
 
     def db_ok(self) -> None:
         if self.db_errors:
@@ -232,6 +233,7 @@ class RunState:
 
     def database_answered(self) -> None:
         """The first success after failures: every backoff ends now and restarts from its floor."""
+        self.recoveries += 1
         for qs in self.queues:
             qs.answered = True
             qs.wake()  # claim now: the wait was the backoff's, not the queue's

@@ -32,7 +32,7 @@ from ._async_runner import AsyncRunner
 from ._handlers import HandlerSpec, Scope
 from ._listener import listen, listen_asyncpg, listen_conninfo
 from ._pool import HandlerPool
-from ._port import ClaimKey, QueuePort, Wake
+from ._port import ClaimKey, QueuePort, Recovery, Wake
 from ._state import QueueBinding
 from ._sync_runner import DB_CLOSE_WAIT, SyncLanes, SyncRunner
 from ._threads import RunLanes
@@ -197,13 +197,16 @@ class StoreBackend:
         channels: Sequence[str],
         wake: Wake,
         on_listening: Callable[[bool], None],
+        recovery: Recovery,
     ) -> None:
         """psycopg's listener, or asyncpg's where the engine speaks asyncpg (D1)."""
         asyncpg_store = self._runners[port.listen_group].asyncpg_store
         if asyncpg_store is not None:
-            await listen_asyncpg(asyncpg_store, application_name, channels, wake, on_listening)
+            await listen_asyncpg(
+                asyncpg_store, application_name, channels, wake, on_listening, recovery
+            )
         else:
-            await listen(port, application_name, channels, wake, on_listening)
+            await listen(port, application_name, channels, wake, on_listening, recovery)
 
     def close(self) -> None:
         self._lanes.close(db_wait=DB_CLOSE_WAIT)

@@ -252,7 +252,12 @@ class Supervisor:
 
             listeners.append(
                 backend.listen(
-                    members[0].port, application_name, [*controls, *by_channel], wake, listening
+                    members[0].port,
+                    application_name,
+                    [*controls, *by_channel],
+                    wake,
+                    listening,
+                    run,
                 )
             )
         return listeners

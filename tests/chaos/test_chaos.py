@@ -235,8 +235,10 @@ def test_chaos_long_transaction_holding_a_claimed_row_is_skipped_not_double_clai
 WORKER_BACKENDS = """
 FROM pg_stat_activity
 WHERE datname = current_database()
-  AND (application_name LIKE 'alkstore %' OR application_name LIKE 'chaos-pool-%')
+  AND application_name IN ('alkstore chaos-' || :pid, 'chaos-pool-' || :pid)
 """
+
+
 LATENCY_BY_JOB = """
 SELECT e.job_id, extract(epoch FROM min(r.at) - e.at) FROM chaos_enqueued e
 JOIN chaos_runs r ON r.job_id = e.job_id GROUP BY e.job_id, e.at
@@ -253,12 +255,22 @@ def test_b5_chaos_backend_kills_end_and_claim_latency_is_back_at_once(chaos: Cha
     """Every backend of a worker (its pool and its LISTEN) terminated twice a second
     for 6 s at a steady enqueue rate; in the 10 s after the kills stop, the wait
     from enqueue to run is within 2x of the 6 s before them (p50 and p95): no part
-    sleeps out a backoff grown during the kills (a 30 s cap for claims)."""
-    queue = "recover"
+    sleeps out a backoff grown during the kills (a 30 s cap for claims).
+
+    A second worker on a queue of its own, never cut, gets the same enqueues:
+    what the machine's load adds to its waits after the kills (CI runs this
+    beside three other test processes) is allowed on top of the 2x, so the
+    bound still catches a backoff (waits of the 1 s poll or more) without
+    failing on a busy machine's 100 ms stalls.
+    """
+    queue, control = "recover", "recover-control"
     proc = chaos.spawn(queue, concurrency=4, poll_interval=1.0)
+    steady = chaos.spawn(control, concurrency=4, poll_interval=1.0)
     q = chaos.store().queue(queue, QueueOpts(visibility_timeout=5.0))
-    chaos.wait_until(lambda: chaos.scalar("SELECT count(*)" + LISTEN_BACKENDS) == 1, timeout=30)
+    c = chaos.store().queue(control, QueueOpts(visibility_timeout=5.0))
+    chaos.wait_until(lambda: chaos.scalar("SELECT count(*)" + LISTEN_BACKENDS) == 2, timeout=30)
     phase_of: dict[int, str] = {}
+    control_phase_of: dict[int, str] = {}
     terminated = 0
     start = time.monotonic()
     next_kill = start + 6.0
@@ -267,24 +279,35 @@ def test_b5_chaos_backend_kills_end_and_claim_latency_is_back_at_once(chaos: Cha
             with chaos.engine.begin() as conn:
                 job_id = q.enqueue(b"x", session=conn)
                 conn.execute(ENQUEUED, {"job_id": job_id})
+                control_id = c.enqueue(b"x", session=conn)
+                conn.execute(ENQUEUED, {"job_id": control_id})
             phase_of[job_id] = phase
+            control_phase_of[control_id] = phase
             if phase == "kills" and time.monotonic() >= next_kill:
                 terminated += chaos.scalar(
-                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))" + WORKER_BACKENDS
+                    "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid))" + WORKER_BACKENDS,
+                    pid=str(proc.pid),
                 )
                 next_kill += 0.5
             time.sleep(0.05)  # ~20 jobs a second
-    chaos.wait_until(lambda: chaos.live(queue) == 0, timeout=60)
+    chaos.wait_until(lambda: chaos.live(queue) + chaos.live(control) == 0, timeout=60)
     with chaos.engine.connect() as conn:
         rows = conn.execute(text(LATENCY_BY_JOB)).all()
     chaos.stop_all()
     out = chaos.tally(queue, list(phase_of))
     waits: dict[str, list[float]] = {"before": [], "kills": [], "after": []}
+    control_waits: dict[str, list[float]] = {"before": [], "kills": [], "after": []}
     for job_id, wait in rows:
-        waits[phase_of[job_id]].append(float(wait))
+        if job_id in phase_of:
+            waits[phase_of[job_id]].append(float(wait))
+        else:
+            control_waits[control_phase_of[job_id]].append(float(wait))
     figures = {
         phase: (_quantile(w, 0.5), _quantile(w, 0.95), _quantile(w, 0.99), max(w))
         for phase, w in waits.items()
+    }
+    steady_figures = {
+        phase: (_quantile(w, 0.5), _quantile(w, 0.95)) for phase, w in control_waits.items()
     }
     report(
         "backend kills, wait enqueue->run p50/p95/p99/max ms: "
@@ -293,11 +316,20 @@ def test_b5_chaos_backend_kills_end_and_claim_latency_is_back_at_once(chaos: Cha
         )
         + f"; terminations={terminated} lost={out.lost} duplicate_effects={out.duplicate_effects}"
         + f" claim_failures_logged={proc.log_text().count('claim on')}"
+        + "; uncut worker before/after p50/p95 ms: "
+        + "; ".join(
+            f"{phase} " + "/".join(f"{x * 1000:.0f}" for x in steady_figures[phase])
+            for phase in ("before", "after")
+        )
     )
     assert terminated >= 10
     assert sum(len(w) for w in waits.values()) == len(phase_of)
+    assert sum(len(w) for w in control_waits.values()) == len(control_phase_of)
+    assert not steady.log_text().count("claim on")  # the control was never cut
     before, after = figures["before"], figures["after"]
-    # 2x, with 20 ms for a shared machine's scheduling at a few-ms baseline.
-    assert after[0] <= 2 * before[0] + 0.02, figures
-    assert after[1] <= 2 * before[1] + 0.02, figures
+    # 2x, with 20 ms for a shared machine's scheduling at a few-ms baseline,
+    # plus whatever the load added to the uncut worker's waits meanwhile.
+    for i in (0, 1):
+        load = max(0.0, steady_figures["after"][i] - steady_figures["before"][i])
+        assert after[i] <= 2 * before[i] + 0.02 + load, (figures, steady_figures)
     assert out.ok(), out

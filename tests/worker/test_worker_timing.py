@@ -18,6 +18,7 @@ import pytest
 
 from alkstore_sa import FailJob, Job, QueueOpts, RetryJob
 from alkstore_sa._values.stamps import backoff_bounds
+from alkstore_sa.worker._state import RunState
 from alkstore_sa.worker._supervisor import Supervisor
 
 from .. import _fakeclock
@@ -76,8 +77,9 @@ def test_b5_failed_claims_back_off_exponentially_not_a_busy_loop() -> None:
         db.enqueue(notify=False)
         sup = Supervisor(settings(poll_interval=0.5))
         await run_for(sup, [bind(db, sleeper(0.0))], FakeBackend(listen_after=0.0), stop_at=4.0)
-        # Three failures, waits of 0.5, 1 and 2 s after them, then the job.
-        assert db.times("claim")[:4] == [0.0, 0.5, 1.5, 3.5]
+        # Three failures, waits of 0.05 (a lone failure is retried at once), then
+        # 0.5 and 1 s (poll_interval, doubling) after them, then the job.
+        assert db.times("claim")[:4] == pytest.approx([0.0, 0.05, 0.55, 1.55], abs=0.001)
         assert not db.rows
 
     _run(scenario())
@@ -97,7 +99,7 @@ def test_b5_backoff_is_capped_at_30_s_and_wakes_do_not_cut_it_short() -> None:
         await run_for(sup, [bind(db, sleeper(0.0))], FakeBackend(listen_after=0.0), stop_at=200.0)
         waker.cancel()
         gaps = [b - a for a, b in itertools.pairwise(db.times("claim")[:9])]
-        assert gaps == pytest.approx([1, 2, 4, 8, 16, 30, 30, 30], abs=0.01)
+        assert gaps == pytest.approx([0.05, 1, 2, 4, 8, 16, 30, 30], abs=0.01)
 
     _run(scenario())
 
@@ -107,13 +109,15 @@ def test_b5_listen_reestablished_ends_a_claim_backoff_at_once() -> None:
     back: the next claim goes then, not when the grown backoff would end."""
 
     async def scenario() -> None:
-        db = FakeDB(asyncio.get_running_loop(), fail_next={"claim": 5})
+        db = FakeDB(asyncio.get_running_loop(), fail_next={"claim": 6})
         db.enqueue(notify=False)
         sup = Supervisor(settings(poll_interval=1.0))
         backend = FakeBackend(listen_after=0.0, relisten_at=(20.0,))
         await run_for(sup, [bind(db, sleeper(0.0))], backend, stop_at=40.0)
-        # Fails at 0, 1, 3, 7, 15 (the next would be at 31); LISTEN back at 20.
-        assert db.times("claim")[:6] == pytest.approx([0, 1, 3, 7, 15, 20], abs=0.01)
+        # Fails at 0, 0.05, 1.05, 3.05, 7.05, 15.05 (the next would be at 31.05);
+        # LISTEN back at 20.
+        expected = [0, 0.05, 1.05, 3.05, 7.05, 15.05, 20]
+        assert db.times("claim")[:7] == pytest.approx(expected, abs=0.01)
         assert not db.rows  # the claim at 20 got the job
 
     _run(scenario())
@@ -526,18 +530,20 @@ def test_b5_the_first_success_elsewhere_ends_a_grown_claim_backoff_at_once() -> 
         db.enqueue(notify=False, visibility_timeout=30.0)  # held 25 s: heartbeated at 10
 
         def fault() -> None:
-            db.fail_next["claim"] = 5
-            db.enqueue()  # its wake's claim fails, and the next four
+            db.fail_next["claim"] = 6
+            db.enqueue()  # its wake's claim fails, and the next five
 
         loop.call_at(0.5, fault)
         sup = Supervisor(settings(poll_interval=1.0))
         await run_for(sup, [bind(db, sleeper(25.0))], FakeBackend(listen_after=0.0), stop_at=12.0)
         assert db.times("heartbeat")[:1] == pytest.approx([10.0], abs=0.01)
-        # Fails at 0.5, 1.5, 3.5, 7.5 (the next due at 15.5); the heartbeat at 10
-        # cuts it: a claim at 10 (the fifth failure), then 1 s later -- the
-        # floor, not 16 s -- the claim that gets the job.
+        # Fails at 0.5, 0.55, 1.55, 3.55, 7.55 (the next due at 15.55); the
+        # heartbeat at 10 cuts it: a claim at 10 (the sixth failure), then after
+        # the floor -- 0.05 s, a first failure's again, not 16 s -- the claim
+        # that gets the job.
         claims = db.times("claim")
-        assert claims[:7] == pytest.approx([0.0, 0.5, 1.5, 3.5, 7.5, 10.0, 11.0], abs=0.01)
+        expected = [0.0, 0.5, 0.55, 1.55, 3.55, 7.55, 10.0, 10.05]
+        assert claims[:8] == pytest.approx(expected, abs=0.01)
         assert len([c for c in db.calls if c.op == "ack"]) == 2
 
     _run(scenario())
@@ -580,12 +586,70 @@ def test_b5_a_claim_backoff_is_cut_at_most_once_a_poll_interval() -> None:
         loop.call_at(0.5, fault)
         sup = Supervisor(settings(poll_interval=2.0, shutdown_timeout=0.0))
         await run_for(sup, [bind(db, sleeper(20.0))], FakeBackend(listen_after=0.0), stop_at=12.0)
-        # The wake's claim fails at 0.5; the heartbeat at 1.0 cuts its backoff
-        # (a claim then), and from there on the claims keep the 2 s floor.
+        # The wake's claim fails at 0.5, its quick retry at 0.55; the heartbeat at
+        # 1.0 cuts the backoff (a claim then, and its retry), and from there on
+        # the cuts keep the 2 s floor: two claims a poll interval, no spin.
         claims = [t for t in db.times("claim") if t < 12.0]
-        assert claims == pytest.approx([0.0, 0.5, 1.0, 3.0, 5.0, 7.0, 9.0, 11.0], abs=0.01)
+        expected = [
+            0.0,
+            0.5,
+            0.55,
+            1.0,
+            1.05,
+            3.0,
+            3.05,
+            5.0,
+            5.05,
+            7.0,
+            7.05,
+            9.0,
+            9.05,
+            11.0,
+            11.05,
+        ]
+        assert claims == pytest.approx(expected, abs=0.01)
 
     _run(scenario())
+
+
+def test_b5_the_listener_backoff_ends_when_the_database_answers_other_calls() -> None:
+    """Connects failing in a row back off (0.05 .. 3.2 s); when the worker's other
+    calls get through again (``RunState.database_answered``) the wait under way
+    ends, the listener connects at once, and its next wait starts from the floor
+    (then grows again while only its own connects fail)."""
+    from alkstore_sa.worker import _listener
+
+    async def scenario() -> list[float]:
+        loop = asyncio.get_running_loop()
+        attempts: list[float] = []
+        run = RunState(settings=settings(), queues=[], loop=loop)
+
+        class Refused(_listener._ListenLoop):
+            async def _listen_once(self) -> None:
+                attempts.append(round(loop.time(), 6))
+                if len(attempts) >= 8:
+                    await asyncio.sleep(0.02)  # a connect that takes a while to fail
+                if len(attempts) == 10:
+                    await asyncio.Event().wait()  # connected, listening
+                raise ConnectionError("the database system is starting up")
+
+            async def _close(self) -> None:
+                return None
+
+        task = loop.create_task(Refused(["c"], lambda c: None, lambda up: None, run).run())
+        await asyncio.sleep(3.3)  # the 7th attempt failed at 3.15: waiting 3.2 s
+        run.database_answered()  # a claim got through: the wait ends now
+        await asyncio.sleep(5.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return attempts
+
+    attempts = _fakeclock.run(scenario())
+    assert attempts[:7] == pytest.approx([0.0, 0.05, 0.15, 0.35, 0.75, 1.55, 3.15], abs=0.002)
+    # Woken at 3.3 (not at 6.35); that attempt fails at 3.32 and the next wait
+    # is the floor's 0.05 (not 6.4 s): 3.37; then 0.1 again, own failures only.
+    assert attempts[7:] == pytest.approx([3.3, 3.37, 3.49], abs=0.002)
 
 
 def test_b5_the_listener_reconnects_from_its_floor_after_an_established_listen() -> None:
@@ -610,7 +674,8 @@ def test_b5_the_listener_reconnects_from_its_floor_after_an_established_listen()
             async def _close(self) -> None:
                 return None
 
-        task = loop.create_task(Flaky(["c"], lambda c: None, lambda up: None).run())
+        listener = Flaky(["c"], lambda c: None, lambda up: None, _listener.NO_RECOVERY)
+        task = loop.create_task(listener.run())
         await asyncio.sleep(5.0)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
