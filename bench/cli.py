@@ -46,6 +46,7 @@ from . import (
     _stats,
     _sustained,
     _worker,
+    _workflow,
 )
 from ._progress import say
 
@@ -70,9 +71,18 @@ CASES = (
     "XP",
     "XC",
     "RS",
+    "WW",
+    "WD",
 )
-# The issues' names for X1's and R1-R3's cases: `--only processes,cpu-bound,results`.
-ALIASES = {"PROCESSES": "XP", "CPU-BOUND": "XC", "RESULTS": "RS"}
+# The issues' names for X1's, R1-R3's and G1-G4's cases: `--only processes,cpu-bound,results`,
+# `--only workflow-waiting,workflow-drain`.
+ALIASES = {
+    "PROCESSES": "XP",
+    "CPU-BOUND": "XC",
+    "RESULTS": "RS",
+    "WORKFLOW-WAITING": "WW",
+    "WORKFLOW-DRAIN": "WD",
+}
 # Run without --only: ST's and S2-S4's rows take longer to make than they
 # measure; B4 (D2 with and without the Prometheus worker metrics,
 # interleaved) is an A/B.
@@ -100,6 +110,10 @@ class Sizes:
     l2_seconds: int = 600  # L2: the sustained run's length
     l2_rate: int = 500  # L2: jobs offered per second
     l2_sample: int = 10  # L2: seconds per sample
+    wf_waiting: int = 1_000_000  # WW: waiting workflow steps beside the claims
+    wf_claims: int = 2_000  # WW: claims measured per side
+    wf_steps: int = 10_000  # WD: the fan-out/fan-in's steps (G4's cap)
+    wf_rounds: int = 2  # WD: alternated workflow / plain drains
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -118,6 +132,10 @@ class Sizes:
             s4_jobs=40_000,
             h1_jobs=500,
             l2_seconds=60,
+            wf_waiting=50_000,
+            wf_claims=400,
+            wf_steps=2_000,
+            wf_rounds=1,
         )
 
 
@@ -139,6 +157,10 @@ _SIZE_KNOBS = (
     "l2_seconds",
     "l2_rate",
     "l2_sample",
+    "wf_waiting",
+    "wf_claims",
+    "wf_steps",
+    "wf_rounds",
 )
 
 
@@ -147,8 +169,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         help=f"comma-separated cases to run, e.g. E1,D1 (default: {','.join(DEFAULT_CASES)}; "
-        "D3, L2, S2, S3, S4, H1, SO, ST, B4, XP (processes), XC (cpu-bound) and RS (results) "
-        "only when named)",
+        "D3, L2, S2, S3, S4, H1, SO, ST, B4, XP (processes), XC (cpu-bound), RS (results), "
+        "WW (workflow-waiting) and WD (workflow-drain) only when named)",
     )
     p.add_argument("--jobs", type=int, help="jobs per drain (D1, D2, S1; default 20,000)")
     p.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run in ~1 min")
@@ -280,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         db.drop()
     tgts = _report.targets(figs) + _processes.targets(figs) + _results.targets(figs)
+    tgts += _workflow.targets(figs)
     print(_report.table(figs, tgts))
     if interleaved:
         text, rows = _otel.summary(figs)
@@ -393,6 +416,13 @@ def _plan(
             "RS enqueue-and-wait",
             fresh(lambda lb: _results.wait_latency(db, _results.WAIT_ROUNDS, lb)),
         )
+    if "WW" in only:  # G1: claims beside waiting steps vs on a queue without them
+        add(
+            "WW workflow-waiting",
+            lambda lb: _workflow.waiting(db, s.wf_waiting, s.wf_claims, lb),
+        )
+    if "WD" in only:  # G1: a fan-out/fan-in drained by one Worker vs D2 on as many jobs
+        add("WD workflow-drain", lambda lb: _workflow.drain(db, s.wf_steps, s.wf_rounds, lb))
     if "D3" in only:
         # I/O-bound handlers (1 ms sleep) vs no-op, Worker c=32, alternated.
         for r in range(2):

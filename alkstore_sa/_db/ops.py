@@ -232,7 +232,13 @@ def cancel(conn: Connection, *, address: QueueAddress, job_id: int) -> bool:
         "p_job_id": job_id,
         "p_control_channel": address.control_channel,
     }
-    return bool(fetch(conn, address, queue_wide_sql.cancel(), params))
+    # Nothing cancelled: the id may be a waiting step promoted while the
+    # statement waited for its workflow's lock (after its snapshot); a
+    # second statement sees the promoted row.  G2, queue_wide.cancel.
+    return bool(
+        fetch(conn, address, queue_wide_sql.cancel(), params)
+        or fetch(conn, address, queue_wide_sql.cancel(), params)
+    )
 
 
 def get_job(conn: Connection, *, address: QueueAddress, job_id: int) -> Job | None:

@@ -136,3 +136,30 @@ def test_bench_results_reports_the_kept_drain_against_d1_and_wait_latency(
     assert waits["jobs"] == 20 and 0 < waits["extra"]["p50_ms"] <= waits["extra"]["p99_ms"]
     [ratio] = [t for t in doc["targets"] if t["name"] == "RS every job kept vs D1"]
     assert ratio["value"] is not None and ratio["value"] > 0
+
+
+def test_bench_workflow_cases_ww_wd_report_their_targets(
+    pg_server: _pg.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # G1-G4's cases by the issue's names: claims beside waiting steps, and a
+    # fan-out/fan-in drained by a Worker beside D2 on as many plain jobs (alternated).
+    url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
+    monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
+    out = tmp_path / "wf.json"
+    args = ["--only", "workflow-waiting,workflow-drain", "--quick", "--no-pgqueuer"]
+    args += ["--wf-waiting", "300", "--wf-claims", "40", "--wf-steps", "60", "--wf-rounds", "2"]
+    assert cli.main([*args, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    shapes = [(f["case"], f["system"], f["shape"]) for f in doc["figures"]]
+    assert ("WW", "alkstore", "claim beside waiting steps") in shapes
+    beside = next(f for f in doc["figures"] if f["shape"] == "claim beside waiting steps")
+    assert beside["extra"]["waiting_steps"] == 300 and beside["jobs"] == 40
+    assert [s[1] for s in shapes if s[0] == "WD"] == [
+        "alkstore-workflow",
+        "alkstore-plain",
+        "alkstore-plain",
+        "alkstore-workflow",
+    ]
+    targets = {t["name"]: t for t in doc["targets"]}
+    for name in ("WW claim p50 beside waiting", "WD fan-out/fan-in vs D2"):
+        assert targets[name]["value"] is not None and targets[name]["value"] > 0

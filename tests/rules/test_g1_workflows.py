@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._wf_sizes import SIZES
 from ._wf import SyncWorkflow, ack_all, claim_ids
 
 
@@ -56,7 +57,7 @@ def test_g1_a_chain_runs_one_step_at_a_time(qs: Any) -> None:
     q = qs.queue("g1c")
     wf = SyncWorkflow(qs, "chain")
     steps = [wf.add_job(q, b"0")]
-    for i in range(1, 20):
+    for i in range(1, SIZES.chain + 1):
         steps.append(wf.add_job(q, str(i).encode(), after=[steps[-1]]))
     run = wf.defer()
     for step in steps:
@@ -88,12 +89,12 @@ def test_g1_fan_in_runs_once_under_concurrent_acks(qs: Any) -> None:
     q = qs.queue("g1f")
     wf = SyncWorkflow(qs, "fan")
     root = wf.add_job(q, b"root")
-    middle = [wf.add_job(q, b"m", after=[root]) for _ in range(200)]
+    middle = [wf.add_job(q, b"m", after=[root]) for _ in range(SIZES.fan)]
     last = wf.add_job(q, b"last", after=middle)
     run = wf.defer()
     assert ack_all(q) == [run.job_ids[root]]
-    handles = q.claim_batch("w", 300)
-    assert len(handles) == 200
+    handles = q.claim_batch("w", SIZES.fan + 100)
+    assert len(handles) == SIZES.fan
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(lambda h: h.ack(), handles))
     assert [h.id for h in q.claim_batch("w", 10)] == [run.job_ids[last]]

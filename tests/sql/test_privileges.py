@@ -33,6 +33,7 @@ from alkstore_sa import (
     Store,
     SweepResult,
     Worker,
+    Workflow,
 )
 from alkstore_sa.store import queue_parts, run_call
 
@@ -207,6 +208,26 @@ def test_privileges_worker_role_runs_every_consumer_operation(roles: Roles) -> N
     assert purging.sweep_expired() == SweepResult(expired=1, purged=3)
 
     _refused(lambda: q.enqueue(b"no"))
+
+
+def test_privileges_workflows_deferred_by_app_cancelled_by_worker_and_ops(roles: Roles) -> None:
+    """G1, G2: the app role defers a workflow; the worker and the ops roles each
+    cancel a waiting step (its workflow's row lock first) and a live one; the
+    triggers promote and cancel downstream steps as their owner."""
+    q = roles.app.queue("wf")
+    wf = Workflow(roles.app, name="grants")
+    a = wf.add_job(q, b"a")
+    waiting = [wf.add_job(q, b"w", after=[a]) for _ in range(2)]
+    live = [wf.add_job(q, b"l", after=[a]) for _ in range(2)]
+    run = wf.defer()
+    for role, step in zip((roles.worker, roles.ops), waiting, strict=True):
+        assert role.queue("wf").cancel(run.job_ids[step]) is True
+    [h] = roles.worker.queue("wf").claim_batch("w", 5)
+    assert h.id == run.job_ids[a] and h.ack() is True  # promotes the two left
+    for role, step in zip((roles.worker, roles.ops), live, strict=True):
+        assert role.queue("wf").cancel(run.job_ids[step]) is True
+    status = roles.owner.workflow(run.id)
+    assert (status.completed, status.cancelled, status.finished) == (1, 4, True)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -94,6 +94,20 @@ def test_privileges_ops_role_needs_the_grants_the_old_doc_lacked(
     assert roles.owner.queue("old").stats().dead == 1
 
 
+def test_privileges_cancel_needs_the_row_lock_grant_on_workflows(
+    roles: Roles, engine: Engine
+) -> None:
+    """G2: without UPDATE on workflows (the grants of 0013's first release) every
+    cancel is refused, a plain job's too: the statement names the table whose row
+    a waiting step's cancel locks first."""
+    live = roles.app.queue("lock").enqueue(b"x")
+    role = roles.ops_url.query["options"].removeprefix("-c role=")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f'REVOKE UPDATE (name) ON alkstore.workflows FROM "{role}"')
+    _refused(lambda: roles.ops.queue("lock").cancel(live))
+    assert roles.owner.queue("lock").get_job(live) is not None
+
+
 def test_privileges_ops_role_cannot_claim_ack_or_change_live_jobs(roles: Roles) -> None:
     job_id = roles.app.queue("ops2").enqueue(b"x")
     q = roles.ops.queue("ops2")

@@ -1,6 +1,7 @@
 """G1 across worker processes: no step starts before every step it comes after was
 acked (start times logged by the handlers, ack times kept by R1, compared in SQL);
-a wide fan-in runs exactly once; kill -9 of workers mid-workflow loses nothing."""
+a wide fan-in runs exactly once; kill -9 of workers mid-workflow loses nothing.
+Sizes: ``tests/_wf_sizes.py`` (``ALKSTORE_FULL_SIZES=1``: the issue's)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ from pathlib import Path
 from sqlalchemy import URL, Engine, text
 
 from alkstore_sa import EnqueueOpts, Store, Workflow
+
+from .._wf_sizes import SIZES
 
 WORKER = Path(__file__).with_name("_wf_worker.py")
 KEEP = EnqueueOpts(keep_completed=3600)
@@ -96,11 +99,11 @@ def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
 def test_g1_order_holds_across_worker_processes(database_url: URL, engine: Engine) -> None:
     _setup(engine)
     with Store(engine) as store:
-        runs = _build(store, "g1order", fan=100, chain=12)
+        runs = _build(store, "g1order", fan=SIZES.procs_fan, chain=SIZES.procs_chain)
         procs = [_spawn(database_url, kind, "g1order", 30) for kind in ("sync", "async", "sync")]
         try:
             began = deadline = time.monotonic()
-            deadline += 60
+            deadline += SIZES.deadline
             while not _finished(store, runs):
                 assert time.monotonic() < deadline, "the workflows did not finish"
                 time.sleep(0.1)
@@ -124,11 +127,12 @@ def test_g1_kill_9_of_workers_mid_workflow_loses_nothing(database_url: URL, engi
     _setup(engine)
     vt = 0.6  # a killed worker's jobs lapse and run again soon
     with Store(engine) as store:
-        runs = _build(store, "g1kill", fan=100, chain=10)
+        runs = _build(store, "g1kill", fan=SIZES.procs_fan, chain=SIZES.kill_chain)
         procs = [_spawn(database_url, "sync", "g1kill", vt) for _ in range(3)]
         kills = 0
+        began = time.monotonic()
         try:
-            deadline = time.monotonic() + 75
+            deadline = began + SIZES.deadline
             next_kill = time.monotonic() + 0.7
             while not _finished(store, runs):
                 assert time.monotonic() < deadline, "the workflows did not finish"
@@ -141,6 +145,7 @@ def test_g1_kill_9_of_workers_mid_workflow_loses_nothing(database_url: URL, engi
                     next_kill = time.monotonic() + 0.7
                 time.sleep(0.05)
         finally:
+            print(f"{kills} kills, finished in {time.monotonic() - began:.1f}s")
             _stop(procs)
         assert kills >= 1
         _check(engine, store, runs)

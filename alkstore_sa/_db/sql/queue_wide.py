@@ -17,6 +17,7 @@ from sqlalchemy import (
     LargeBinary,
     Select,
     Text,
+    and_,
     any_,
     bindparam,
     delete,
@@ -29,7 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.sql.dml import ReturningDelete
 
-from ...schema import completed_jobs, dead_jobs, jobs, metadata, workflow_steps
+from ...schema import completed_jobs, dead_jobs, jobs, metadata, workflow_steps, workflows
 from ._common import (
     NOW,
     completed_row_columns,
@@ -123,24 +124,57 @@ def cancel() -> CompoundSelect[tuple[int]]:
     the row's delete trigger then finds it cancelled, not acked.  For a job
     of no workflow the mark is one primary-key probe that finds nothing.
     One row per cancelled id (a live step: twice).
+
+    Lock order (G2): a waiting step is marked only once its workflow's row
+    is locked (``locked``, read by the mark's filter, so before the mark
+    locks the step), the order of the ack's promotion and the death's
+    cascade, which lock the workflow and then the steps they count or bury;
+    the other order deadlocked.  A live step is marked only if this
+    statement deleted its row: a step promoted while the cancel waited for
+    the lock is in ``jobs`` after this statement's snapshot, so nothing is
+    cancelled and the caller runs the statement again (``ops.cancel``).
     """
     job_id = bindparam("p_job_id", type_=BigInteger)
-    marked = (
-        update(workflow_steps)
-        .where(
-            workflow_steps.c.id == job_id,
-            workflow_steps.c.queue == queue_param(),
-            or_(*(workflow_steps.c.state == state for state in _CANCELLABLE)),
-        )
-        .values(state="cancelled", payload=None)
-        .returning(workflow_steps.c.id)
-        .cte("marked")
-    )
     deleted = (
         delete(jobs)
         .where(jobs.c.id == job_id, jobs.c.queue == queue_param())
         .returning(jobs.c.id, jobs.c.status)
         .cte("deleted")
+    )
+    waiting = (
+        select(workflow_steps.c.workflow_id)
+        .where(
+            workflow_steps.c.id == job_id,
+            workflow_steps.c.queue == queue_param(),
+            workflow_steps.c.state == literal("waiting", type_=Text),
+        )
+        .scalar_subquery()
+    )
+    locked = (
+        select(workflows.c.id)
+        .where(workflows.c.id == waiting)
+        .with_for_update(key_share=True)
+        .cte("locked")
+    )
+    marked = (
+        update(workflow_steps)
+        .where(
+            workflow_steps.c.id == job_id,
+            workflow_steps.c.queue == queue_param(),
+            or_(
+                and_(
+                    workflow_steps.c.state == literal("waiting", type_=Text),
+                    select(locked.c.id).exists(),
+                ),
+                and_(
+                    workflow_steps.c.state == literal("live", type_=Text),
+                    workflow_steps.c.id.in_(select(deleted.c.id)),
+                ),
+            ),
+        )
+        .values(state="cancelled", payload=None)
+        .returning(workflow_steps.c.id)
+        .cte("marked")
     )
     told = notify_cancelled(deleted)
     return (
@@ -148,10 +182,6 @@ def cancel() -> CompoundSelect[tuple[int]]:
         .select_from(deleted.outerjoin(told, true()))
         .union_all(select(marked.c.id))
     )
-
-
-# The states of a step a cancel still changes (bound, never pasted).
-_CANCELLABLE = ("waiting", "live")
 
 
 @cache
