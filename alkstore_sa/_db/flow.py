@@ -57,8 +57,8 @@ class FlowState:
     limited: bool = False
     group_concurrency: int | None = None
     next_promote: float = 0.0
-    # F4: seconds from the last claim until the queue's rate lets one through
-    # again, when that claim was held back by it (None: it was not).
+    # F4: seconds from the last claim until the queue's rate, or a held group's,
+    # lets one through again, when that claim was held back by one (None: it was not).
     rate_wait: float | None = None
 
 
@@ -120,7 +120,13 @@ def freed(conn: Connection, *, address: QueueAddress, group_concurrency: int | N
 
 
 def claim_rows(
-    conn: Connection, *, address: QueueAddress, worker_id: str, n: int, flow: FlowState
+    conn: Connection,
+    *,
+    address: QueueAddress,
+    worker_id: str,
+    n: int,
+    flow: FlowState,
+    max_bytes: int | None = None,
 ) -> list[Row]:
     """The limited claim: lock the settings row, then claim within the limits,
     in one transaction (the caller's, with ``session=``, else one of its own)."""
@@ -130,7 +136,7 @@ def claim_rows(
         if not locked:  # neither limited nor paused any more
             flow.limited = False
             flow.group_concurrency = None
-            return _claim(conn, address, worker_id, n, Limits())
+            return _claim(conn, address, worker_id, n, Limits(), max_bytes)
         paused_at, *limit_row = locked[0]
         found = limits_from(limit_row)
         flow.limited = found is not None
@@ -142,7 +148,7 @@ def claim_rows(
             if now >= flow.next_promote:
                 flow.next_promote = now + PROMOTE_EVERY
                 freed(conn, address=address, group_concurrency=found.group_concurrency)
-        rows = _claim(conn, address, worker_id, n, found or Limits())
+        rows = _claim(conn, address, worker_id, n, found or Limits(), max_bytes)
         flow.rate_wait = None
         if found is not None and len(rows) < n:
             flow.rate_wait = _rate_wait(conn, address, found)
@@ -152,26 +158,35 @@ def claim_rows(
 
 
 def _claim(
-    conn: Connection, address: QueueAddress, worker_id: str, n: int, limits: Limits
+    conn: Connection,
+    address: QueueAddress,
+    worker_id: str,
+    n: int,
+    limits: Limits,
+    max_bytes: int | None,
 ) -> list[Row]:
-    params = {
+    params: dict[str, Any] = {
         "p_queue": address.queue,
         "p_worker_id": worker_id,
         "p_n": n,
         "p_hold_limit": flow_claim_sql.HOLD_LIMIT,
         **_limit_values(limits),
     }
-    return fetch(conn, address, flow_claim_sql.claim_limited(), params)
+    if max_bytes is not None:
+        params["p_max_bytes"] = max_bytes
+    stmt = flow_claim_sql.claim_limited(bounded=max_bytes is not None)
+    return fetch(conn, address, stmt, params)
 
 
 def _rate_wait(conn: Connection, address: QueueAddress, limits: Limits) -> float | None:
     """F4: after a claim that got fewer than it asked for, how long until the queue's
-    rate lets a claim through (None: no queue rate, or it is not what held it back)."""
-    if limits.rate is None:
+    rate, or the earliest held group's, lets a claim through (None: no rate, or
+    none is what held it back)."""
+    if limits.rate is None and limits.group_rate is None:
         return None
     params = {"p_queue": address.queue, **_limit_values(limits)}
     rows = fetch(conn, address, flow_rate_sql.next_allowed(), params)
-    return float(rows[0][0]) if rows and rows[0][0] is not None else None
+    return max(0.0, float(rows[0][0])) if rows and rows[0][0] is not None else None
 
 
 def in_transaction(conn: Connection, call: Callable[[], T]) -> T:
