@@ -38,6 +38,7 @@ from . import (
     _cases,
     _db,
     _drain,
+    _flow,
     _otel,
     _pgq,
     _processes,
@@ -70,9 +71,20 @@ CASES = (
     "XP",
     "XC",
     "RS",
+    "FQ",
+    "FG",
+    "FR",
 )
 # The issues' names for X1's and R1-R3's cases: `--only processes,cpu-bound,results`.
-ALIASES = {"PROCESSES": "XP", "CPU-BOUND": "XC", "RESULTS": "RS"}
+ALIASES = {
+    "PROCESSES": "XP",
+    "CPU-BOUND": "XC",
+    "RESULTS": "RS",
+    # Issue 26's flow control cases (F2-F4); flow-rate also runs the slot-freed wake.
+    "FLOW-QUEUE": "FQ",
+    "FLOW-GROUPS": "FG",
+    "FLOW-RATE": "FR",
+}
 # Run without --only: ST's and S2-S4's rows take longer to make than they
 # measure; B4 (D2 with and without the Prometheus worker metrics,
 # interleaved) is an A/B.
@@ -100,6 +112,14 @@ class Sizes:
     l2_seconds: int = 600  # L2: the sustained run's length
     l2_rate: int = 500  # L2: jobs offered per second
     l2_sample: int = 10  # L2: seconds per sample
+    fg_blocked: int = 1_000_000  # FG: pending jobs in full groups beside the claim
+    fg_groups: int = 100  # FG: the full groups they are in
+    fg_samples: int = 500  # FG: claims timed per queue and per phase
+    fg_drain: int = 100_000  # FG: jobs drained at group_concurrency=1 (and by its D1)
+    fg_drain_groups: int = 1_000  # FG: the groups they are in
+    fr_seconds: int = 60  # FR: the rated run's length
+    fr_rate: int = 500  # FR: the configured rate, jobs per second
+    fw_rounds: int = 200  # FW (with FR): slot-freed wakes timed
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -118,6 +138,12 @@ class Sizes:
             s4_jobs=40_000,
             h1_jobs=500,
             l2_seconds=60,
+            fg_blocked=50_000,
+            fg_samples=100,
+            fg_drain=10_000,
+            fg_drain_groups=200,
+            fr_seconds=10,
+            fw_rounds=30,
         )
 
 
@@ -139,6 +165,14 @@ _SIZE_KNOBS = (
     "l2_seconds",
     "l2_rate",
     "l2_sample",
+    "fg_blocked",
+    "fg_groups",
+    "fg_samples",
+    "fg_drain",
+    "fg_drain_groups",
+    "fr_seconds",
+    "fr_rate",
+    "fw_rounds",
 )
 
 
@@ -147,8 +181,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--only",
         help=f"comma-separated cases to run, e.g. E1,D1 (default: {','.join(DEFAULT_CASES)}; "
-        "D3, L2, S2, S3, S4, H1, SO, ST, B4, XP (processes), XC (cpu-bound) and RS (results) "
-        "only when named)",
+        "D3, L2, S2, S3, S4, H1, SO, ST, B4, XP (processes), XC (cpu-bound), RS (results), "
+        "FQ (flow-queue), FG (flow-groups) and FR (flow-rate) only when named)",
     )
     p.add_argument("--jobs", type=int, help="jobs per drain (D1, D2, S1; default 20,000)")
     p.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run in ~1 min")
@@ -279,7 +313,12 @@ def main(argv: list[str] | None = None) -> int:
         meta["suite_seconds"] = round(time.perf_counter() - started, 1)
     finally:
         db.drop()
-    tgts = _report.targets(figs) + _processes.targets(figs) + _results.targets(figs)
+    tgts = (
+        _report.targets(figs)
+        + _processes.targets(figs)
+        + _results.targets(figs)
+        + _flow.targets(figs)
+    )
     print(_report.table(figs, tgts))
     if interleaved:
         text, rows = _otel.summary(figs)
@@ -393,6 +432,29 @@ def _plan(
             "RS enqueue-and-wait",
             fresh(lambda lb: _results.wait_latency(db, _results.WAIT_ROUNDS, lb)),
         )
+    if "FQ" in only:  # F2: D1 of a queue with concurrency=50 (beside D1 n=10)
+        if "D1" not in only and "RS" not in only:
+            add("D1 alkstore n=10", fresh(lambda lb: _d1(db, s, "D1", "alkstore", 10, lb)))
+        add(
+            "FQ D1 concurrency=50 n=10",
+            fresh(lambda lb: _flow.drain_limited(db, s.drain, s.procs, lb)),
+        )
+    if "FG" in only:  # F3: the claim beside full groups, and a drain at group_concurrency=1
+        add(
+            "FG claim beside full groups",
+            fresh(
+                lambda lb: _flow.claim_beside_blocked(
+                    db, s.fg_blocked, s.fg_groups, s.fg_samples, lb
+                )
+            ),
+        )
+        add(
+            "FG drain group_concurrency=1",
+            fresh(lambda lb: _flow.drain_groups(db, s.fg_drain, s.fg_drain_groups, s.procs, lb)),
+        )
+    if "FR" in only:  # F4: achieved / configured rate; F2: the slot-freed wake
+        add("FR rate", fresh(lambda lb: _flow.rate(db, s.fr_rate, s.fr_seconds, lb)))
+        add("FW slot-freed wake", fresh(lambda lb: _flow.wake(db, s.fw_rounds, lb)))
     if "D3" in only:
         # I/O-bound handlers (1 ms sleep) vs no-op, Worker c=32, alternated.
         for r in range(2):
