@@ -11,9 +11,12 @@ groups, each group at its limit (one job claimed and held), plus one group
 with due jobs; claim 1 + ack, timed per claim, alternated with the same on
 a queue with the same limits and only the due group (the "empty" queue:
 nothing blocked), before and after a VACUUM of ``jobs``.  The blocked rows
-are enqueued unparked (as ``enqueue_many`` leaves them), so claims park
-them first (``HOLD_LIMIT`` per claim): that warm-up runs untimed, until
-none is left unparked.  Then a drain of ``fg_drain`` jobs over
+are enqueued unparked (as ``enqueue_many`` leaves them): the first
+``BURST_CLAIMS`` claims are timed as they are (each walks the unparked rows
+ahead of the due group's and parks ``HOLD_LIMIT`` of them), then the rest
+are parked in one statement -- what the claims' parking would leave after
+``blocked / HOLD_LIMIT`` claims, which at 1M would take the better part of
+an hour of such claims.  Then a drain of ``fg_drain`` jobs over
 ``fg_drain_groups`` groups at ``group_concurrency=1``, against D1 of the
 same size in the same run.
 
@@ -40,13 +43,14 @@ from alkstore_sa import EnqueueOpts, Job, Limits, Rate, Store, Worker
 
 from . import _cases, _drain
 from ._db import Database, vacuum
-from ._progress import Bar, say
+from ._progress import Bar
 from ._report import Figure, Figures, Target, _ratio
 
 __all__ = ["claim_beside_blocked", "drain_groups", "drain_limited", "rate", "targets", "wake"]
 
 PAYLOAD = b"x" * 16
 FREE_GROUP = "free"
+BURST_CLAIMS = 5  # claims timed right after the burst, before the rows are parked
 
 
 def _store(db: Database) -> Store:
@@ -118,18 +122,20 @@ def _sample(q: Any) -> float:
     return took
 
 
-def _unparked_blocked(db: Database) -> int:
+def _park_blocked(db: Database) -> int:
+    """Park every unparked pending row of the full groups: what the claims' ``hold``
+    leaves (``parked = true``), in one statement instead of ``HOLD_LIMIT`` per claim."""
     with db.connect() as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM alkstore.jobs WHERE queue = 'fg-heavy' AND status = 'pending'"
-            " AND NOT parked AND grp <> %(f)s",
+        cur = conn.execute(
+            "UPDATE alkstore.jobs SET parked = true WHERE queue = 'fg-heavy'"
+            " AND status = 'pending' AND NOT parked AND grp <> %(f)s",
             {"f": FREE_GROUP},
-        ).fetchone()
-    return int(row[0]) if row else 0
+        )
+    return cur.rowcount
 
 
 def _figure(shape: str, samples: list[float]) -> Figure:
-    cuts = statistics.quantiles(samples, n=100)
+    cuts = statistics.quantiles(samples, n=100) if len(samples) > 1 else samples * 99
     extra = {"p50_ms": statistics.median(samples) * 1000, "p99_ms": cuts[98] * 1000}
     return Figure("FG", "alkstore", shape, len(samples), sum(samples), extra)
 
@@ -138,7 +144,9 @@ def claim_beside_blocked(
     db: Database, blocked: int, groups: int, samples: int, label: str
 ) -> list[Figure]:
     """FG: claim 1 + ack beside ``blocked`` rows of ``groups`` full groups, alternated
-    with the same on a queue with only the due group; before and after a VACUUM."""
+    with the same on a queue with only the due group: right after the burst (the
+    rows unparked, as ``enqueue_many`` leaves them; a few claims only), then with
+    them parked, before and after a VACUUM."""
     limits = Limits(group_concurrency=1)
     _insert(db, "fg-heavy", blocked, groups, vt="1 hour")  # the holders never lapse
     with _store(db) as store:
@@ -148,20 +156,18 @@ def claim_beside_blocked(
         held = heavy.claim_batch("holder", groups)  # one per group: every group full
         if len(held) != groups:
             raise RuntimeError(f"{label}: {len(held)} groups held, not {groups}")
-        free = samples * 2 + blocked // 500 + 100  # the samples and the warm-up's claims
+        free = samples * 4 + 100
         for q in (heavy, base):
             for start in range(0, free, 5_000):
                 q.enqueue_many([PAYLOAD] * min(5_000, free - start), EnqueueOpts(group=FREE_GROUP))
         vacuum(db, "alkstore.jobs")
-        say(f"{label}: parking the blocked rows (untimed) ...")
-        warm = 0
-        while _unparked_blocked(db):
-            for _ in range(50):
-                _sample(heavy)
-                warm += 1
-        for _ in range(20):
+        for _ in range(5):
             _sample(base)
-        figs = []
+        # The cliff before parking: each claim walks the unparked rows ahead of the
+        # due group's and parks HOLD_LIMIT of them.
+        burst = [_sample(heavy) for _ in range(BURST_CLAIMS)]
+        figs = [_figure(f"claim 1, {blocked:,} blocked in {groups} full groups, unparked", burst)]
+        figs[0].extra["parked_in_sql"] = float(_park_blocked(db))
         for when in ("after parking", "after VACUUM"):
             if when == "after VACUUM":
                 vacuum(db, "alkstore.jobs")
@@ -175,7 +181,6 @@ def claim_beside_blocked(
             shape = f"claim 1, {blocked:,} blocked in {groups} full groups, {when}"
             figs.append(_figure(shape, heavy_s))
             figs.append(_figure(f"claim 1, no blocked rows (baseline), {when}", base_s))
-        figs[0].extra["warm_claims"] = warm
     return figs
 
 
