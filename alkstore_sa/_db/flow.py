@@ -35,6 +35,7 @@ __all__ = [
     "FlowState",
     "claim_rows",
     "freed",
+    "freeing",
     "has_limits",
     "limits",
     "limits_from",
@@ -109,14 +110,50 @@ def has_limits(conn: Connection, address: QueueAddress) -> bool:
     return bool(fetch(conn, address, flow_sql.has_limits(), params, custom_plan=True)[0][0])
 
 
-def freed(conn: Connection, *, address: QueueAddress, group_concurrency: int | None) -> int:
-    """Promote parked group rows into freed slots and wake the queue's workers once."""
-    params = {
+def freed(
+    conn: Connection,
+    *,
+    address: QueueAddress,
+    group_concurrency: int | None,
+    groups: list[str] | None = None,
+) -> int:
+    """Promote parked group rows into freed slots and wake the queue's workers once:
+    those of ``groups`` (``[]``: the wake alone), or of every group with parked
+    rows (None)."""
+    params: dict[str, Any] = {
         "p_queue": address.queue,
         "p_channel": address.channel,
         "p_group_concurrency": group_concurrency,
     }
-    return int(fetch(conn, address, flow_sql.freed(), params)[0][0])
+    stmt = flow_sql.freed()
+    if groups is not None:
+        params["p_groups"] = groups
+        stmt = flow_sql.freed_groups()
+    return int(fetch(conn, address, stmt, params)[0][0])
+
+
+def freeing(
+    conn: Connection,
+    call: Callable[[Connection], T],
+    *,
+    address: QueueAddress,
+    flow: FlowState,
+    ids: list[int],
+) -> T:
+    """``call`` (an ack, retry, fail, cancel or release of the jobs ``ids``), then --
+    when it changed anything on a queue with limits -- the promotion of parked rows
+    of those jobs' groups into the slots it freed, and one wake (F2, F3).  The
+    groups are read first: the call may delete the rows."""
+    groups: list[str] = []
+    if flow.limited and flow.group_concurrency is not None and ids:
+        rows = fetch(
+            conn, address, flow_sql.groups_of(), {"p_queue": address.queue, "p_job_ids": ids}
+        )
+        groups = [row[0] for row in rows]
+    result = call(conn)
+    if flow.limited and result:
+        freed(conn, address=address, group_concurrency=flow.group_concurrency, groups=groups)
+    return result
 
 
 def claim_rows(

@@ -118,9 +118,10 @@ def test_f4_a_worker_held_back_by_a_group_rate_claims_when_its_window_reopens(
 ) -> None:
     """A group's rate, not the queue's, holds the worker back: its claim reports when
     the group's window reopens and the worker's due timer (V5) claims then -- each
-    batch's handlers start within 100 ms of the window opened by the batch before
-    (from start rows the handlers write with ``clock_timestamp()`` and each claim's
-    database time), not at the re-poll (``poll_interval`` is 30 s here)."""
+    batch is claimed within 100 ms, and its handlers start within ~100 ms, of the
+    window opened by the batch before (from start rows the handlers write with
+    ``clock_timestamp()`` and each claim's database time), not at the re-poll
+    (``poll_interval`` is 30 s here)."""
     from datetime import timedelta
 
     from alkstore_sa import Job, Store
@@ -164,10 +165,14 @@ def test_f4_a_worker_held_back_by_a_group_rate_claims_when_its_window_reopens(
         " GROUP BY claimed)"
         " SELECT count(*) AS batches, max(n) AS most,"
         " max(extract(epoch FROM first - (prev + :per))) AS worst,"
+        " max(extract(epoch FROM claimed - (prev + :per))) AS claim_late,"
         " min(extract(epoch FROM claimed - (prev + :per))) AS earliest"
         " FROM (SELECT *, lag(claimed) OVER (ORDER BY claimed) AS prev FROM b) w",
         per=timedelta(seconds=per),
     )[0]
     assert late["batches"] == total // count and late["most"] == count
     assert float(late["earliest"]) >= 0  # no claim before the window reopened
-    assert float(late["worst"]) < 0.1
+    # ~100 ms: a few tens on a quiet machine; the slack is for a loaded one (the
+    # re-poll would be 30 s late, a claim in a loop would claim before the window).
+    assert float(late["claim_late"]) < 0.1
+    assert float(late["worst"]) < 0.15
