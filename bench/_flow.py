@@ -1,9 +1,10 @@
 """Flow control's cases (F2-F4; `--only flow-queue,flow-groups,flow-rate`).
 
 FQ (flow-queue): D1's drain (claim_batch(10) + ack_batch by ``procs``
-processes) of a queue with ``concurrency=50``, beside D1 of the same run:
-what the limited claim (the settings row's lock, the count of live claims)
-costs when the limit does not bind.
+processes) of a queue with ``concurrency=50``, alternated with D1 without
+limits ``fq_rounds`` times: what the limited claim (the settings row's
+lock, the count of live claims) and the wake after each ack cost when the
+limit does not bind (4 x 10 jobs in flight at most).
 
 FG (flow-groups), two parts.  The claim beside blocked groups: a queue with
 ``group_concurrency=1`` holds ``fg_blocked`` pending jobs in ``fg_groups``
@@ -84,14 +85,25 @@ def _drain_of(db: Database, queue: str, jobs: int, procs: int, label: str) -> fl
     return result.seconds
 
 
-def drain_limited(db: Database, jobs: int, procs: int, label: str) -> Figure:
-    """FQ: D1 (n=10) of a queue with ``concurrency=50``."""
-    _cases.fill(db, "fq", jobs)
-    with _store(db) as store:
-        store.queue("fq").set_limits(Limits(concurrency=50))
-    vacuum(db, "alkstore.jobs")
-    seconds = _drain_of(db, "fq", jobs, procs, label)
-    return Figure("FQ", "alkstore", f"n=10, {procs} procs, concurrency=50", jobs, seconds)
+def drain_limited(db: Database, jobs: int, procs: int, rounds: int, label: str) -> list[Figure]:
+    """FQ: D1 (n=10) of a queue with ``concurrency=50`` and D1 without limits,
+    alternated ``rounds`` times (the order swapped each round: a loaded machine's
+    drift falls on both)."""
+    figs = []
+    for r in range(rounds):
+        for limited in (True, False) if r % 2 == 0 else (False, True):
+            queue = f"fq-{r}-{'limited' if limited else 'plain'}"
+            _cases.fill(db, queue, jobs)
+            if limited:
+                with _store(db) as store:
+                    store.queue(queue).set_limits(Limits(concurrency=50))
+            vacuum(db, "alkstore.jobs")
+            what = "concurrency=50" if limited else "no limits (D1)"
+            seconds = _drain_of(db, queue, jobs, procs, f"{label} round {r + 1} {what}")
+            system = "alkstore" if limited else "alkstore-d1"
+            figs.append(Figure("FQ", system, f"n=10, {procs} procs, {what}", jobs, seconds))
+            _cases.reset(db)
+    return figs
 
 
 def drain_groups(db: Database, jobs: int, groups: int, procs: int, label: str) -> list[Figure]:
@@ -268,11 +280,21 @@ def wake(db: Database, rounds: int, label: str) -> Figure:
     return Figure("FW", "alkstore", "ack elsewhere -> waiting Worker's handler", rounds, 0.0, extra)
 
 
+def _pooled(figs: Figures, case: str, system: str) -> Figure | None:
+    """Every round's figure of ``case``/``system`` as one: jobs and seconds summed."""
+    found = [f for f in figs.items if f.case == case and f.system == system]
+    if not found:
+        return None
+    return Figure(
+        case, system, found[0].shape, sum(f.jobs for f in found), sum(f.seconds for f in found)
+    )
+
+
 def targets(figs: Figures) -> list[Target]:
     out: list[Target] = []
-    fq = figs.find("FQ", "alkstore")
+    fq = _pooled(figs, "FQ", "alkstore")
     if fq is not None:
-        d1 = figs.find("D1", "alkstore", "n=10")
+        d1 = _pooled(figs, "FQ", "alkstore-d1")
         out.append(Target("FQ concurrency=50 vs D1", ">= 0.7 x D1", _ratio(fq, d1), 0.7, True))
     for when in ("after parking", "after VACUUM"):
         heavy = next(

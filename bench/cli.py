@@ -112,6 +112,7 @@ class Sizes:
     l2_seconds: int = 600  # L2: the sustained run's length
     l2_rate: int = 500  # L2: jobs offered per second
     l2_sample: int = 10  # L2: seconds per sample
+    fq_rounds: int = 3  # FQ: alternated pairs of drains (limited, plain)
     fg_blocked: int = 1_000_000  # FG: pending jobs in full groups beside the claim
     fg_groups: int = 100  # FG: the full groups they are in
     fg_samples: int = 500  # FG: claims timed per queue and per phase
@@ -138,6 +139,7 @@ class Sizes:
             s4_jobs=40_000,
             h1_jobs=500,
             l2_seconds=60,
+            fq_rounds=1,
             fg_blocked=50_000,
             fg_samples=100,
             fg_drain=10_000,
@@ -165,6 +167,7 @@ _SIZE_KNOBS = (
     "l2_seconds",
     "l2_rate",
     "l2_sample",
+    "fq_rounds",
     "fg_blocked",
     "fg_groups",
     "fg_samples",
@@ -432,12 +435,10 @@ def _plan(
             "RS enqueue-and-wait",
             fresh(lambda lb: _results.wait_latency(db, _results.WAIT_ROUNDS, lb)),
         )
-    if "FQ" in only:  # F2: D1 of a queue with concurrency=50 (beside D1 n=10)
-        if "D1" not in only and "RS" not in only:
-            add("D1 alkstore n=10", fresh(lambda lb: _d1(db, s, "D1", "alkstore", 10, lb)))
+    if "FQ" in only:  # F2: D1 of a queue with concurrency=50, alternated with D1
         add(
-            "FQ D1 concurrency=50 n=10",
-            fresh(lambda lb: _flow.drain_limited(db, s.drain, s.procs, lb)),
+            "FQ D1 concurrency=50 vs none",
+            fresh(lambda lb: _flow.drain_limited(db, s.drain, s.procs, s.fq_rounds, lb)),
         )
     if "FG" in only:  # F3: the claim beside full groups, and a drain at group_concurrency=1
         add(

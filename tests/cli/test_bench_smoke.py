@@ -152,7 +152,7 @@ def test_f_bench_flow_cases_run_and_report_their_targets(
     assert cli.main(argv) == 0
     doc = json.loads(out.read_text())
     cases = [f["case"] for f in doc["figures"]]
-    assert cases.count("FQ") == 1 and cases.count("FG") == 7
+    assert cases.count("FQ") == 2 and cases.count("FG") == 7
     assert cases.count("FR") == 1 and cases.count("FW") == 1
     measured = {t["name"]: t["value"] for t in doc["targets"] if t["value"] is not None}
     for name in (
