@@ -244,28 +244,9 @@ class Job:
         Positional: a third of the cost of reading them by name, paid for
         every claimed job.  ``died_at`` comes from the dead table.
         """
-        (
-            id_,
-            queue,
-            payload,
-            status,
-            priority,
-            run_at,
-            attempts,
-            max_attempts,
-            vt,
-            expires_at,
-            worker_id,
-            claim_deadline,
-            created_at,
-            last_error,
-            errors,
-            trace_context,
-            unique_key,
-            keep,
-            group,
-            workflow_id,
-        ) = row
+        (id_, queue, payload, status, priority, run_at, attempts, max_attempts, vt,
+         expires_at, worker_id, claim_deadline, created_at, last_error, errors,
+         trace_context, unique_key, keep, group, workflow_id) = row  # fmt: skip
         return _assemble(
             id_,
             queue,
@@ -294,10 +275,8 @@ class Job:
         )
 
 
-# Every field's slot setter, in field order.  A frozen dataclass's __init__ sets
-# each field through object.__setattr__, about 0.25 us apiece: 6-7 us for a
-# Job's 24, paid for every claimed job (0.7 ms per claim of 100, more than the
-# claim's server-side planning).  The slots' own setters take a third of that.
+# A frozen dataclass's __init__ sets each field through object.__setattr__:
+# the slots' own setters (in field order) cost a third, for every claimed job.
 _SLOT_SETTERS = tuple(Job.__dict__[f.name].__set__ for f in dataclasses.fields(Job))
 
 

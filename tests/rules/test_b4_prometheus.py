@@ -443,7 +443,9 @@ def test_b4_cli_worker_metrics_port_serves_its_counters_and_the_gauges(
         def counted() -> Samples | None:
             samples = _scrape(url)
             acked = _get(samples, "alkstore_worker_jobs_total", queue="jobs", outcome="acked")
-            return samples if acked == 2 else None
+            dead = _get(samples, "alkstore_worker_jobs_total", queue="jobs", outcome="dead")
+            # All three outcomes counted (a scrape between two of them saw 2 acked, 0 dead).
+            return samples if (acked, dead) == (2, 1) else None
 
         samples = wait_for(counted, timeout=15, every=0.1)
     finally:

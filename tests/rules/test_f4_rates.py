@@ -108,8 +108,11 @@ def test_f4_a_worker_held_back_by_a_rate_sleeps_until_it_may_claim(
     span = sql(engine, "SELECT extract(epoch FROM max(at) - min(at)) AS s FROM f4_claims")[0]["s"]
     assert worst <= count
     # 20 jobs at 5 per 0.4 s: three full windows from the first claim to the last,
-    # give or take a claim's round trip per window (>= 0.9 x the rate sustained).
-    assert float(span) <= (total / count - 1) * per / 0.9
+    # give or take a claim's round trip and a timer's wake-up per window (>= 0.85 x
+    # the rate sustained: 1.36 s against 1.33 s for 0.9x was seen once in CI, with
+    # three other test processes on two cores; a worker waiting on its 30 s re-poll
+    # instead of its due timer would take seconds).
+    assert float(span) <= (total / count - 1) * per / 0.85
 
 
 @pytest.mark.parametrize("kind", KINDS)
