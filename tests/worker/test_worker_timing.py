@@ -612,6 +612,13 @@ def test_b5_a_claim_backoff_is_cut_at_most_once_a_poll_interval() -> None:
     _run(scenario())
 
 
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel a listener's run and see it end by that cancellation."""
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 def test_b5_the_listener_backoff_ends_when_the_database_answers_other_calls() -> None:
     """Connects failing in a row back off (0.05 .. 3.2 s); when the worker's other
     calls get through again (``RunState.database_answered``) the wait under way
@@ -640,9 +647,7 @@ def test_b5_the_listener_backoff_ends_when_the_database_answers_other_calls() ->
         await asyncio.sleep(3.3)  # the 7th attempt failed at 3.15: waiting 3.2 s
         run.database_answered()  # a claim got through: the wait ends now
         await asyncio.sleep(5.0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _cancelled(task)
         return attempts
 
     attempts = _fakeclock.run(scenario())
@@ -677,9 +682,7 @@ def test_b5_the_listener_reconnects_from_its_floor_after_an_established_listen()
         listener = Flaky(["c"], lambda c: None, lambda up: None, _listener.NO_RECOVERY)
         task = loop.create_task(listener.run())
         await asyncio.sleep(5.0)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await _cancelled(task)
         return attempts
 
     attempts = _fakeclock.run(scenario())
