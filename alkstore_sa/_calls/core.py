@@ -166,11 +166,10 @@ class QueueCore(QueueAdminCalls):
         ids = v.job_ids(job_ids)
         if not ids:
             return None
-        return self._freeing(partial(_ops.ack_batch, address=self.address, job_ids=ids), ids)
+        return self._freeing(partial(_ops.ack_batch, address=self.address, job_ids=ids))
 
     def cancel(self, job_id: object) -> Call[bool]:
-        job = v.job_id(job_id)
-        return self._freeing(partial(_ops.cancel, address=self.address, job_id=job), [job])
+        return self._freeing(partial(_ops.cancel, address=self.address, job_id=v.job_id(job_id)))
 
     def get_job(self, job_id: object) -> Call[Job | None]:
         return partial(_ops.get_job, address=self.address, job_id=v.job_id(job_id))
@@ -179,8 +178,7 @@ class QueueCore(QueueAdminCalls):
 
     def ack_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
         """Ack ``(job_id, attempts)`` claims still held; the call returns acked ids."""
-        ids = [job_id for job_id, _ in claims]
-        return self._freeing(partial(_ops.ack_held, address=self.address, claims=claims), ids)
+        return self._freeing(partial(_ops.ack_held, address=self.address, claims=claims))
 
     def heartbeat_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
         """Extend held claims by each job's visibility timeout; returns extended ids."""
@@ -196,8 +194,7 @@ class QueueCore(QueueAdminCalls):
         On its last attempt the job is dead-lettered instead (``"dead"``).
         """
         return self._freeing(
-            partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts),
-            [job_id],
+            partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
         )
 
     def ack_claim(
@@ -215,12 +212,10 @@ class QueueCore(QueueAdminCalls):
                     job_id=job_id,
                     attempts=attempts,
                     result=result,
-                ),
-                [job_id],
+                )
             )
         return self._freeing(
-            partial(_ops.ack, address=self.address, job_id=job_id, attempts=attempts),
-            [job_id],
+            partial(_ops.ack, address=self.address, job_id=job_id, attempts=attempts)
         )
 
     def retry_claim(
@@ -236,8 +231,7 @@ class QueueCore(QueueAdminCalls):
                 delay=as_interval(delay),
                 error=error,
                 traceback=traceback,
-            ),
-            [job_id],
+            )
         )
 
     def snooze_claim(self, job_id: int, attempts: int, delay: float) -> Call[bool]:
@@ -249,8 +243,7 @@ class QueueCore(QueueAdminCalls):
                 job_id=job_id,
                 attempts=attempts,
                 delay=as_interval(delay),
-            ),
-            [job_id],
+            )
         )
 
     def fail_claim(
@@ -265,14 +258,22 @@ class QueueCore(QueueAdminCalls):
                 attempts=attempts,
                 error=error,
                 traceback=traceback,
-            ),
-            [job_id],
+            )
         )
 
-    def _freeing(self, call: Call[T], ids: list[int]) -> Call[T]:
-        """``call`` on the jobs ``ids``, then the freed slots' promotion and wake (F2, F3)."""
-        flow, address = self.flow, self.address
-        return lambda conn: _flow.freeing(conn, call, address=address, flow=flow, ids=ids)
+    def _freeing(self, call: Call[T]) -> Call[T]:
+        """``call``, then -- when it changed anything on a queue with limits -- the
+        promotion of parked group rows into the freed slots and one wake (F2, F3)."""
+        flow = self.flow
+        address = self.address
+
+        def run(conn: Connection) -> T:
+            result = call(conn)
+            if flow.limited and result:
+                _flow.freed(conn, address=address, group_concurrency=flow.group_concurrency)
+            return result
+
+        return run
 
     def record_outcomes(self, acked: int, retried: int, dead: int) -> Call[None]:
         """W2: add a worker's tallies to this queue's per-minute throughput counts."""
