@@ -38,6 +38,7 @@ from . import (
     _cases,
     _db,
     _drain,
+    _flow,
     _otel,
     _pgq,
     _processes,
@@ -73,15 +74,22 @@ CASES = (
     "RS",
     "WW",
     "WD",
+    "FQ",
+    "FG",
+    "FR",
 )
-# The issues' names for X1's, R1-R3's and G1-G4's cases: `--only processes,cpu-bound,results`,
-# `--only workflow-waiting,workflow-drain`.
+# The issues' names for X1's, R1-R3's, G1-G4's and F2-F4's cases: `--only processes,
+# cpu-bound,results`, `--only workflow-waiting,workflow-drain`, `--only flow-queue,...`.
 ALIASES = {
     "PROCESSES": "XP",
     "CPU-BOUND": "XC",
     "RESULTS": "RS",
     "WORKFLOW-WAITING": "WW",
     "WORKFLOW-DRAIN": "WD",
+    # Issue 26's flow control cases (F2-F4); flow-rate also runs the slot-freed wake.
+    "FLOW-QUEUE": "FQ",
+    "FLOW-GROUPS": "FG",
+    "FLOW-RATE": "FR",
 }
 # Run without --only: ST's and S2-S4's rows take longer to make than they
 # measure; B4 (D2 with and without the Prometheus worker metrics,
@@ -114,6 +122,15 @@ class Sizes:
     wf_claims: int = 2_000  # WW: claims measured per side
     wf_steps: int = 10_000  # WD: the fan-out/fan-in's steps (G4's cap)
     wf_rounds: int = 2  # WD: alternated workflow / plain drains
+    fq_rounds: int = 3  # FQ: alternated pairs of drains (limited, plain)
+    fg_blocked: int = 1_000_000  # FG: pending jobs in full groups beside the claim
+    fg_groups: int = 100  # FG: the full groups they are in
+    fg_samples: int = 500  # FG: claims timed per queue and per phase
+    fg_drain: int = 100_000  # FG: jobs drained at group_concurrency=1 (and by its D1)
+    fg_drain_groups: int = 1_000  # FG: the groups they are in
+    fr_seconds: int = 60  # FR: the rated run's length
+    fr_rate: int = 500  # FR: the configured rate, jobs per second
+    fw_rounds: int = 200  # FW (with FR): slot-freed wakes timed
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -136,6 +153,13 @@ class Sizes:
             wf_claims=400,
             wf_steps=2_000,
             wf_rounds=1,
+            fq_rounds=1,
+            fg_blocked=50_000,
+            fg_samples=100,
+            fg_drain=10_000,
+            fg_drain_groups=200,
+            fr_seconds=10,
+            fw_rounds=30,
         )
 
 
@@ -161,6 +185,15 @@ _SIZE_KNOBS = (
     "wf_claims",
     "wf_steps",
     "wf_rounds",
+    "fq_rounds",
+    "fg_blocked",
+    "fg_groups",
+    "fg_samples",
+    "fg_drain",
+    "fg_drain_groups",
+    "fr_seconds",
+    "fr_rate",
+    "fw_rounds",
 )
 
 
@@ -170,7 +203,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         "--only",
         help=f"comma-separated cases to run, e.g. E1,D1 (default: {','.join(DEFAULT_CASES)}; "
         "D3, L2, S2, S3, S4, H1, SO, ST, B4, XP (processes), XC (cpu-bound), RS (results), "
-        "WW (workflow-waiting) and WD (workflow-drain) only when named)",
+        "WW (workflow-waiting), WD (workflow-drain), FQ (flow-queue), FG (flow-groups) and "
+        "FR (flow-rate) only when named)",
     )
     p.add_argument("--jobs", type=int, help="jobs per drain (D1, D2, S1; default 20,000)")
     p.add_argument("--quick", action="store_true", help="smaller sizes: a smoke run in ~1 min")
@@ -301,8 +335,13 @@ def main(argv: list[str] | None = None) -> int:
         meta["suite_seconds"] = round(time.perf_counter() - started, 1)
     finally:
         db.drop()
-    tgts = _report.targets(figs) + _processes.targets(figs) + _results.targets(figs)
-    tgts += _workflow.targets(figs)
+    tgts = (
+        _report.targets(figs)
+        + _processes.targets(figs)
+        + _results.targets(figs)
+        + _flow.targets(figs)
+        + _workflow.targets(figs)
+    )
     print(_report.table(figs, tgts))
     if interleaved:
         text, rows = _otel.summary(figs)
@@ -423,6 +462,27 @@ def _plan(
         )
     if "WD" in only:  # G1: a fan-out/fan-in drained by one Worker vs D2 on as many jobs
         add("WD workflow-drain", lambda lb: _workflow.drain(db, s.wf_steps, s.wf_rounds, lb))
+    if "FQ" in only:  # F2: D1 of a queue with concurrency=50, alternated with D1
+        add(
+            "FQ D1 concurrency=50 vs none",
+            fresh(lambda lb: _flow.drain_limited(db, s.drain, s.procs, s.fq_rounds, lb)),
+        )
+    if "FG" in only:  # F3: the claim beside full groups, and a drain at group_concurrency=1
+        add(
+            "FG claim beside full groups",
+            fresh(
+                lambda lb: _flow.claim_beside_blocked(
+                    db, s.fg_blocked, s.fg_groups, s.fg_samples, lb
+                )
+            ),
+        )
+        add(
+            "FG drain group_concurrency=1",
+            fresh(lambda lb: _flow.drain_groups(db, s.fg_drain, s.fg_drain_groups, s.procs, lb)),
+        )
+    if "FR" in only:  # F4: achieved / configured rate; F2: the slot-freed wake
+        add("FR rate", fresh(lambda lb: _flow.rate(db, s.fr_rate, s.fr_seconds, lb)))
+        add("FW slot-freed wake", fresh(lambda lb: _flow.wake(db, s.fw_rounds, lb)))
     if "D3" in only:
         # I/O-bound handlers (1 ms sleep) vs no-op, Worker c=32, alternated.
         for r in range(2):

@@ -166,10 +166,11 @@ class QueueCore(QueueAdminCalls):
         ids = v.job_ids(job_ids)
         if not ids:
             return None
-        return self._freeing(partial(_ops.ack_batch, address=self.address, job_ids=ids))
+        return self._freeing(partial(_ops.ack_batch, address=self.address, job_ids=ids), ids)
 
     def cancel(self, job_id: object) -> Call[bool]:
-        return self._freeing(partial(_ops.cancel, address=self.address, job_id=v.job_id(job_id)))
+        job = v.job_id(job_id)
+        return self._freeing(partial(_ops.cancel, address=self.address, job_id=job), [job])
 
     def get_job(self, job_id: object) -> Call[Job | None]:
         return partial(_ops.get_job, address=self.address, job_id=v.job_id(job_id))
@@ -178,7 +179,8 @@ class QueueCore(QueueAdminCalls):
 
     def ack_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
         """Ack ``(job_id, attempts)`` claims still held; the call returns acked ids."""
-        return self._freeing(partial(_ops.ack_held, address=self.address, claims=claims))
+        ids = [job_id for job_id, _ in claims]
+        return self._freeing(partial(_ops.ack_held, address=self.address, claims=claims), ids)
 
     def heartbeat_claims(self, claims: list[tuple[int, int]]) -> Call[list[int]]:
         """Extend held claims by each job's visibility timeout; returns extended ids."""
@@ -194,7 +196,8 @@ class QueueCore(QueueAdminCalls):
         On its last attempt the job is dead-lettered instead (``"dead"``).
         """
         return self._freeing(
-            partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts)
+            partial(_ops.release, address=self.address, job_id=job_id, attempts=attempts),
+            [job_id],
         )
 
     def ack_claim(
@@ -212,10 +215,12 @@ class QueueCore(QueueAdminCalls):
                     job_id=job_id,
                     attempts=attempts,
                     result=result,
-                )
+                ),
+                [job_id],
             )
         return self._freeing(
-            partial(_ops.ack, address=self.address, job_id=job_id, attempts=attempts)
+            partial(_ops.ack, address=self.address, job_id=job_id, attempts=attempts),
+            [job_id],
         )
 
     def retry_claim(
@@ -231,7 +236,8 @@ class QueueCore(QueueAdminCalls):
                 delay=as_interval(delay),
                 error=error,
                 traceback=traceback,
-            )
+            ),
+            [job_id],
         )
 
     def snooze_claim(self, job_id: int, attempts: int, delay: float) -> Call[bool]:
@@ -243,7 +249,8 @@ class QueueCore(QueueAdminCalls):
                 job_id=job_id,
                 attempts=attempts,
                 delay=as_interval(delay),
-            )
+            ),
+            [job_id],
         )
 
     def fail_claim(
@@ -258,22 +265,14 @@ class QueueCore(QueueAdminCalls):
                 attempts=attempts,
                 error=error,
                 traceback=traceback,
-            )
+            ),
+            [job_id],
         )
 
-    def _freeing(self, call: Call[T]) -> Call[T]:
-        """``call``, then -- when it changed anything on a queue with limits -- the
-        promotion of parked group rows into the freed slots and one wake (F2, F3)."""
-        flow = self.flow
-        address = self.address
-
-        def run(conn: Connection) -> T:
-            result = call(conn)
-            if flow.limited and result:
-                _flow.freed(conn, address=address, group_concurrency=flow.group_concurrency)
-            return result
-
-        return run
+    def _freeing(self, call: Call[T], ids: list[int]) -> Call[T]:
+        """``call`` on the jobs ``ids``, then the freed slots' promotion and wake (F2, F3)."""
+        flow, address = self.flow, self.address
+        return lambda conn: _flow.freeing(conn, call, address=address, flow=flow, ids=ids)
 
     def record_outcomes(self, acked: int, retried: int, dead: int) -> Call[None]:
         """W2: add a worker's tallies to this queue's per-minute throughput counts."""

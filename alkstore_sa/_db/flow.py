@@ -35,6 +35,7 @@ __all__ = [
     "FlowState",
     "claim_rows",
     "freed",
+    "freeing",
     "has_limits",
     "limits",
     "limits_from",
@@ -57,8 +58,8 @@ class FlowState:
     limited: bool = False
     group_concurrency: int | None = None
     next_promote: float = 0.0
-    # F4: seconds from the last claim until the queue's rate lets one through
-    # again, when that claim was held back by it (None: it was not).
+    # F4: seconds from the last claim until the queue's rate, or a held group's,
+    # lets one through again, when that claim was held back by one (None: it was not).
     rate_wait: float | None = None
 
 
@@ -109,18 +110,60 @@ def has_limits(conn: Connection, address: QueueAddress) -> bool:
     return bool(fetch(conn, address, flow_sql.has_limits(), params, custom_plan=True)[0][0])
 
 
-def freed(conn: Connection, *, address: QueueAddress, group_concurrency: int | None) -> int:
-    """Promote parked group rows into freed slots and wake the queue's workers once."""
-    params = {
+def freed(
+    conn: Connection,
+    *,
+    address: QueueAddress,
+    group_concurrency: int | None,
+    groups: list[str] | None = None,
+) -> int:
+    """Promote parked group rows into freed slots and wake the queue's workers once:
+    those of ``groups`` (``[]``: the wake alone), or of every group with parked
+    rows (None)."""
+    params: dict[str, Any] = {
         "p_queue": address.queue,
         "p_channel": address.channel,
         "p_group_concurrency": group_concurrency,
     }
-    return int(fetch(conn, address, flow_sql.freed(), params)[0][0])
+    stmt = flow_sql.freed()
+    if groups is not None:
+        params["p_groups"] = groups
+        stmt = flow_sql.freed_groups()
+    return int(fetch(conn, address, stmt, params)[0][0])
+
+
+def freeing(
+    conn: Connection,
+    call: Callable[[Connection], T],
+    *,
+    address: QueueAddress,
+    flow: FlowState,
+    ids: list[int],
+) -> T:
+    """``call`` (an ack, retry, fail, cancel or release of the jobs ``ids``), then --
+    when it changed anything on a queue with limits -- the promotion of parked rows
+    of those jobs' groups into the slots it freed, and one wake (F2, F3).  The
+    groups are read first: the call may delete the rows."""
+    groups: list[str] = []
+    if flow.limited and flow.group_concurrency is not None and ids:
+        rows = fetch(
+            conn, address, flow_sql.groups_of(), {"p_queue": address.queue, "p_job_ids": ids}
+        )
+        groups = [row[0] for row in rows]
+    result = call(conn)
+    if flow.limited and result:
+        freed(conn, address=address, group_concurrency=flow.group_concurrency, groups=groups)
+    return result
 
 
 def claim_rows(
-    conn: Connection, *, address: QueueAddress, worker_id: str, n: int, flow: FlowState
+    conn: Connection,
+    *,
+    address: QueueAddress,
+    worker_id: str,
+    n: int,
+    flow: FlowState,
+    max_bytes: int | None = None,
 ) -> list[Row]:
     """The limited claim: lock the settings row, then claim within the limits,
     in one transaction (the caller's, with ``session=``, else one of its own)."""
@@ -130,7 +173,7 @@ def claim_rows(
         if not locked:  # neither limited nor paused any more
             flow.limited = False
             flow.group_concurrency = None
-            return _claim(conn, address, worker_id, n, Limits())
+            return _claim(conn, address, worker_id, n, Limits(), max_bytes)
         paused_at, *limit_row = locked[0]
         found = limits_from(limit_row)
         flow.limited = found is not None
@@ -142,7 +185,7 @@ def claim_rows(
             if now >= flow.next_promote:
                 flow.next_promote = now + PROMOTE_EVERY
                 freed(conn, address=address, group_concurrency=found.group_concurrency)
-        rows = _claim(conn, address, worker_id, n, found or Limits())
+        rows = _claim(conn, address, worker_id, n, found or Limits(), max_bytes)
         flow.rate_wait = None
         if found is not None and len(rows) < n:
             flow.rate_wait = _rate_wait(conn, address, found)
@@ -152,26 +195,35 @@ def claim_rows(
 
 
 def _claim(
-    conn: Connection, address: QueueAddress, worker_id: str, n: int, limits: Limits
+    conn: Connection,
+    address: QueueAddress,
+    worker_id: str,
+    n: int,
+    limits: Limits,
+    max_bytes: int | None,
 ) -> list[Row]:
-    params = {
+    params: dict[str, Any] = {
         "p_queue": address.queue,
         "p_worker_id": worker_id,
         "p_n": n,
         "p_hold_limit": flow_claim_sql.HOLD_LIMIT,
         **_limit_values(limits),
     }
-    return fetch(conn, address, flow_claim_sql.claim_limited(), params)
+    if max_bytes is not None:
+        params["p_max_bytes"] = max_bytes
+    stmt = flow_claim_sql.claim_limited(bounded=max_bytes is not None)
+    return fetch(conn, address, stmt, params)
 
 
 def _rate_wait(conn: Connection, address: QueueAddress, limits: Limits) -> float | None:
     """F4: after a claim that got fewer than it asked for, how long until the queue's
-    rate lets a claim through (None: no queue rate, or it is not what held it back)."""
-    if limits.rate is None:
+    rate, or the earliest held group's, lets a claim through (None: no rate, or
+    none is what held it back)."""
+    if limits.rate is None and limits.group_rate is None:
         return None
     params = {"p_queue": address.queue, **_limit_values(limits)}
     rows = fetch(conn, address, flow_rate_sql.next_allowed(), params)
-    return float(rows[0][0]) if rows and rows[0][0] is not None else None
+    return max(0.0, float(rows[0][0])) if rows and rows[0][0] is not None else None
 
 
 def in_transaction(conn: Connection, call: Callable[[], T]) -> T:

@@ -44,9 +44,11 @@ def claim(
     """Q8-Q12; ``max_bytes``: the batch's payloads add up to at most that (but one
     job is always taken).  ``flow``: what the queue object knows of its limits
     (F1-F3; ``_db/flow.py``); a queue with limits is claimed in the limited form,
-    which ignores ``max_bytes``."""
+    under the same ``max_bytes`` rule."""
     if flow is not None and flow.limited:
-        rows = _flow.claim_rows(conn, address=address, worker_id=worker_id, n=n, flow=flow)
+        rows = _flow.claim_rows(
+            conn, address=address, worker_id=worker_id, n=n, flow=flow, max_bytes=max_bytes
+        )
         return _handed_out(conn, address, worker_id, rows)
     params: dict[str, Any] = {"p_queue": address.queue, "p_worker_id": worker_id, "p_n": n}
     if max_bytes is not None:
@@ -62,7 +64,9 @@ def claim(
     if not rows and flow is not None and _flow.has_limits(conn, address):
         # To the unlimited claim a queue with limits looks paused (F1).
         flow.limited = True
-        rows = _flow.claim_rows(conn, address=address, worker_id=worker_id, n=n, flow=flow)
+        rows = _flow.claim_rows(
+            conn, address=address, worker_id=worker_id, n=n, flow=flow, max_bytes=max_bytes
+        )
     return _handed_out(conn, address, worker_id, rows)
 
 

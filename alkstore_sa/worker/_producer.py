@@ -158,7 +158,7 @@ class Producer:
             qs.claiming -= n
         wait = qs.binding.core.flow.rate_wait
         if wait is not None and len(jobs) < n:
-            # F4: held back by the queue's rate: claim again when it allows one
+            # F4: held back by the queue's rate or a group's: claim again when it allows one
             # (V5's due timer), not before -- and not only at the next re-poll.
             qs.due(started + max(wait, RATE_WAIT_FLOOR))
         if jobs:

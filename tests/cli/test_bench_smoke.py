@@ -163,3 +163,33 @@ def test_bench_workflow_cases_ww_wd_report_their_targets(
     targets = {t["name"]: t for t in doc["targets"]}
     for name in ("WW claim p50 beside waiting", "WD fan-out/fan-in vs D2"):
         assert targets[name]["value"] is not None and targets[name]["value"] > 0
+
+
+def test_f_bench_flow_cases_run_and_report_their_targets(
+    pg_server: _pg.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `--only flow-queue,flow-groups,flow-rate` (FQ, FG, FR and the slot-freed wake FW)
+    # at --quick sizes, the drains and the rated run cut shorter still.
+    url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
+    monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
+    out = tmp_path / "bench.json"
+    argv = ["--only", "flow-queue,flow-groups,flow-rate", "--quick", "--jobs", "500"]
+    argv += ["--fg-blocked", "20000", "--fg-samples", "20", "--fg-drain", "1000"]
+    argv += ["--fr-seconds", "2", "--fw-rounds", "5", "--no-pgqueuer", "--json", str(out)]
+    assert cli.main(argv) == 0
+    doc = json.loads(out.read_text())
+    cases = [f["case"] for f in doc["figures"]]
+    assert cases.count("FQ") == 2 and cases.count("FG") == 7
+    assert cases.count("FR") == 1 and cases.count("FW") == 1
+    measured = {t["name"]: t["value"] for t in doc["targets"] if t["value"] is not None}
+    for name in (
+        "FQ concurrency=50 vs D1",
+        "FG claim p50 beside blocked groups, after parking",
+        "FG claim p50 beside blocked groups, after VACUUM",
+        "FG drain group_concurrency=1 vs D1",
+        "FR achieved / configured rate",
+        "FW slot-freed wake p99",
+    ):
+        assert measured[name] > 0, name
+    [fr] = (f for f in doc["figures"] if f["case"] == "FR")
+    assert 0 < fr["extra"]["achieved_per_s"] <= 1.05 * fr["extra"]["configured_per_s"]

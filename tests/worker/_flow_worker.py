@@ -3,7 +3,8 @@
 Run as ``python tests/worker/_flow_worker.py '<json config>'``: a ``Worker``
 (``"kind": "sync"``) or ``AsyncWorker`` over one queue whose handler writes
 ``clock_timestamp()`` into ``flow_spans`` when it starts and when it ends,
-each through its own autocommit engine (so a start survives a kill -9).
+each through its own autocommit engine (so a start survives a kill -9), with
+the claim's own database time (its claim deadline less its visibility timeout).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import os
 import sys
 import time
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import create_engine, text
@@ -21,8 +23,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from alkstore_sa import AsyncStore, AsyncWorker, Job, QueueOpts, Store, Worker
 
 START = text(
-    "INSERT INTO flow_spans (job_id, attempt, grp, pid, started)"
-    " VALUES (:job_id, :attempt, :grp, :pid, clock_timestamp())"
+    "INSERT INTO flow_spans (job_id, attempt, grp, pid, claimed, started)"
+    " VALUES (:job_id, :attempt, :grp, :pid, :claimed, clock_timestamp())"
 )
 END = text(
     "UPDATE flow_spans SET ended = clock_timestamp()"
@@ -38,9 +40,14 @@ def main(cfg: dict[str, Any]) -> None:
     def row(job: Job) -> dict[str, Any]:
         return {"job_id": job.id, "attempt": job.attempts, "grp": job.group, "pid": os.getpid()}
 
+    def start_row(job: Job) -> dict[str, Any]:
+        assert job.claim_deadline is not None
+        claimed = job.claim_deadline - timedelta(seconds=job.visibility_timeout)
+        return {**row(job), "claimed": claimed}
+
     def run(job: Job) -> None:
         with log.connect() as conn:
-            conn.execute(START, row(job))
+            conn.execute(START, start_row(job))
         time.sleep(sleep)
         with log.connect() as conn:
             conn.execute(END, row(job))

@@ -1,7 +1,9 @@
 """F2, F3 across processes: handlers in several worker processes log when they start
 and end (database clock); a window query over those rows finds the most that ever
 overlapped -- per queue and per group -- and it never passes the limit, with claims
-ahead on and one worker killed (-9) mid-drain (its jobs lapse and run again)."""
+ahead on and one worker killed (-9) mid-drain (its jobs lapse and run again), and
+with the limit lowered mid-drain: once every job claimed before the change has
+ended, the overlap of every span, old or new, never passes the new limit."""
 
 from __future__ import annotations
 
@@ -24,23 +26,27 @@ ROOT = SCRIPT.parents[2]
 
 # The most rows of one partition that held a span at once: +1 at each start,
 # -1 at each end, summed in time order (a start and an end at the same instant:
-# the end first, so touching spans do not count as overlapping).
+# the end first, so touching spans do not count as overlapping).  ``since``: only
+# the instants after it, every span still counted (one that began before it too).
 PEAK = """
 WITH events AS (
     SELECT {part} AS part, started AS at, 1 AS delta FROM flow_spans WHERE {where}
     UNION ALL
     SELECT {part}, ended, -1 FROM flow_spans WHERE {where}
 ), running AS (
-    SELECT part, sum(delta) OVER (PARTITION BY part ORDER BY at, delta
-                                  ROWS UNBOUNDED PRECEDING) AS n
+    SELECT part, at, sum(delta) OVER (PARTITION BY part ORDER BY at, delta
+                                      ROWS UNBOUNDED PRECEDING) AS n
     FROM events
 )
-SELECT coalesce(max(n), 0) AS peak FROM running
+SELECT coalesce(max(n), 0) AS peak FROM running WHERE {since}
 """
 
 
-def _peak(engine: Engine, part: str, where: str = "true", **params: Any) -> int:
-    return int(sql(engine, PEAK.format(part=part, where=where), **params)[0]["peak"])
+def _peak(
+    engine: Engine, part: str, where: str = "true", since: str = "true", **params: Any
+) -> int:
+    text = PEAK.format(part=part, where=where, since=since)
+    return int(sql(engine, text, **params)[0]["peak"])
 
 
 def _start(cfg: dict[str, Any], log: Path) -> subprocess.Popen[str]:
@@ -59,7 +65,7 @@ def test_f2_f3_overlap_across_processes_stays_within_the_limits_through_a_kill(
     sql(
         engine,
         "CREATE TABLE flow_spans (job_id bigint, attempt int, grp text, pid int,"
-        " started timestamptz, ended timestamptz)",
+        " claimed timestamptz, started timestamptz, ended timestamptz)",
     )
     queue, conc, gconc = "f-overlap", 3, 1
     with Store(engine) as store:
@@ -67,8 +73,8 @@ def test_f2_f3_overlap_across_processes_stays_within_the_limits_through_a_kill(
         q.set_limits(Limits(concurrency=conc, group_concurrency=gconc))
         for g in range(4):
             q.enqueue_many([b"x"] * 6, EnqueueOpts(group=f"g{g}"))
-        q.enqueue_many([b"y"] * 8)
-        total = 32
+        q.enqueue_many([b"y"] * 20)
+        total = 44
         url = database_url.render_as_string(hide_password=False)
         kinds = ["sync", *ASYNC_FACES][:3]
         procs = []
@@ -105,9 +111,10 @@ def test_f2_f3_overlap_across_processes_stays_within_the_limits_through_a_kill(
                 " WHERE pid = :pid AND ended IS NULL",
                 pid=victim.pid,
             )
-            # Lowered mid-drain: from the change on, at most 2 at once.
-            changed_at = sql(engine, "SELECT clock_timestamp() AS t")[0]["t"]
+            # Lowered mid-drain.  Read after set_limits() returned: every claim
+            # made after this time read the new limit (its lock waited for ours).
             q.set_limits(Limits(concurrency=conc - 1, group_concurrency=gconc))
+            changed_at = sql(engine, "SELECT clock_timestamp() AS t")[0]["t"]
             wait_for(lambda: q.stats().due + q.stats().processing == 0, timeout=60)
         finally:
             for p in procs:
@@ -120,13 +127,20 @@ def test_f2_f3_overlap_across_processes_stays_within_the_limits_through_a_kill(
         spans = sql(engine, "SELECT count(DISTINCT job_id) AS n FROM flow_spans")[0]["n"]
         assert spans == total
     assert _peak(engine, "'queue'") <= conc
-    # Spans that started after the change (claims in flight then may still finish).
+    # The claim cycle the change could not reach: jobs claimed before it (claimed
+    # ahead, or running) still start and finish.  Once the last of them has
+    # ended, every span counts -- those begun before too -- against the new limit.
     settled = sql(
         engine,
-        "SELECT max(started) AS t FROM flow_spans WHERE started < :at",
+        "SELECT max(ended) AS t FROM flow_spans WHERE claimed <= :at",
         at=changed_at,
     )[0]["t"]
-    assert _peak(engine, "'queue'", "started > :settled", settled=settled) <= conc - 1
+    after = {"settled": settled}
+    assert _peak(engine, "'queue'", since="at > :settled", **after) <= conc - 1
+    # And the check had work to see: jobs ran after it, the new limit was reached.
+    later = sql(engine, "SELECT count(*) AS n FROM flow_spans WHERE started > :s", s=settled)
+    assert later[0]["n"] >= 6
+    assert _peak(engine, "'queue'", since="at > :settled", **after) == conc - 1
     assert _peak(engine, "grp", "grp IS NOT NULL") <= gconc
     # The limit was used, not merely respected: the jobs ran concurrently.
     assert _peak(engine, "'queue'") == conc

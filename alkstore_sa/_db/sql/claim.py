@@ -99,6 +99,7 @@ __all__ = [
     "claim_walk",
     "claim_walk_bounded",
     "park",
+    "within_bytes",
 ]
 
 
@@ -107,7 +108,7 @@ def _claim(due: Select[Any], sized: bool = False) -> Update:
     both = union_all(due, select(reclaimable_of(lapsed, sized))).subquery("both")
     order = (both.c.priority.desc(), both.c.run_at, both.c.id)
     if sized:
-        picked = _within_bytes(both, order)
+        picked = within_bytes(both, order, bindparam("p_n", type_=Integer))
     else:
         picked = (
             select(both.c.id).order_by(*order).limit(bindparam("p_n", type_=Integer)).cte("picked")
@@ -133,29 +134,38 @@ def claim_picked(picked: CTE, lapsed: CTE) -> Update:
     )
 
 
-def _within_bytes(both: FromClause, order: tuple[ColumnElement[object], ...]) -> CTE:
+def within_bytes(
+    rows: FromClause,
+    order: tuple[ColumnElement[Any], ...],
+    limit: ColumnElement[Any],
+    keep: tuple[str, ...] = ("id",),
+    name: str = "ranked",
+) -> CTE:
     """``picked`` under a byte bound: the longest prefix, in claim order, of the first
-    ``:n`` candidates whose payloads add up to at most ``:max_bytes`` -- and at least
-    the first one, so a job bigger than the bound is still claimed, alone.
+    ``limit`` candidates whose payloads (``size``) add up to at most ``:max_bytes``
+    -- and at least the first one, so a job bigger than the bound is still
+    claimed, alone.  The rule of both claims, unlimited and limited (F1-F5):
+    ``rows`` are the candidates each may take, ``keep`` the columns ``picked``
+    carries on.
 
     The candidates are the same rows, in the same order, as the unbounded
     claim's: the bound only cuts the batch short (the rows locked and left
     out are free again when the statement ends, as the unbounded claim's
-    surplus candidates are).  ``(priority, run_at, id)`` is unique, so the
-    running sum's frame is exactly the rows before and at each one.
+    surplus candidates are).  ``order`` is unique, so the running sum's
+    frame is exactly the rows before and at each one.
     """
     ranked = (
         select(
-            both.c.id,
+            *(rows.c[k] for k in keep),
             func.row_number().over(order_by=order).label("nth"),
-            func.sum(both.c.size).over(order_by=order, rows=(None, 0)).label("running"),
+            func.sum(rows.c.size).over(order_by=order, rows=(None, 0)).label("running"),
         )
         .order_by(*order)
-        .limit(bindparam("p_n", type_=Integer))
-        .cte("ranked")
+        .limit(limit)
+        .cte(name)
     )
     return (
-        select(ranked.c.id)
+        select(*(ranked.c[k] for k in keep))
         .where(
             or_(
                 ranked.c.nth == literal(1, type_=BigInteger),

@@ -12,6 +12,7 @@ from functools import cache
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     Integer,
     Interval,
     Select,
@@ -29,12 +30,22 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ...schema import flow_rates, jobs, paused_queues
-from ._common import NOW, id_among, notify_once, queue_param, this_queue, unexpired
+from ._common import (
+    NOW,
+    id_among,
+    job_ids_param,
+    notify_once,
+    queue_param,
+    this_queue,
+    unexpired,
+)
 
 __all__ = [
     "LIMIT_COLUMNS",
     "clear_limits",
     "freed",
+    "freed_groups",
+    "groups_of",
     "limits_of",
     "lock_settings",
     "set_limits",
@@ -190,14 +201,13 @@ def _held_in(table: Any) -> tuple[Any, ...]:
 def freed() -> Select[Any]:
     """F3: promote parked group rows into free group slots, and wake ``:channel`` once.
 
-    Run after a statement that freed slots on a limited queue (ack, retry,
-    fail, cancel, release) and now and then by the limited claim (a lapse or
-    a sweep frees slots with no statement of ours to follow it).  For each
-    group with parked rows -- found one index descent per group in
-    ``jobs_held_ix`` (a loose scan: the cost grows with the groups that have
-    parked rows, never with their rows) -- the first parked rows in claim
-    order are unparked, as many as ``:group_concurrency`` leaves free after
-    the group's live claims and its rows already in the claim's range.
+    Run now and then by the limited claim (a lapse or a sweep frees slots
+    with no statement of ours to follow it).  For each group with parked
+    rows -- found one index descent per group in ``jobs_held_ix`` (a loose
+    scan: the cost grows with the groups that have parked rows, never with
+    their rows) -- the first parked rows in claim order are unparked, as
+    many as ``:group_concurrency`` leaves free after the group's live claims
+    and its rows already in the claim's range.
     """
     gconc = bindparam("p_group_concurrency", type_=Integer)
     first = jobs.alias("first")
@@ -218,6 +228,38 @@ def freed() -> Select[Any]:
         .scalar_subquery()
     )
     groups = groups.union_all(select(nxt).where(groups.c.grp.is_not(None)))
+    return _promote(groups, gconc)
+
+
+@cache
+def freed_groups() -> Select[Any]:
+    """``freed`` for the groups in ``:groups`` only: what follows a statement that freed
+    slots on a limited queue (ack, retry, fail, cancel, release), given the groups
+    of the jobs it named (``groups_of``, read before it) -- its cost grows with
+    those groups, not with every group that has parked rows.  ``:groups`` empty:
+    the wake alone."""
+    listed = (
+        func.unnest(bindparam("p_groups", type_=ARRAY(Text)))
+        .table_valued("grp")
+        .render_derived(name="listed")
+    )
+    groups = select(listed.c.grp).distinct().cte("held_groups")
+    return _promote(groups, bindparam("p_group_concurrency", type_=Integer))
+
+
+@cache
+def groups_of() -> Select[Any]:
+    """The distinct groups of the jobs in ``:job_ids`` (of ``:queue``)."""
+    return (
+        select(jobs.c.grp)
+        .distinct()
+        .where(this_queue(), jobs.c.id == func.any(job_ids_param()), jobs.c.grp.is_not(None))
+    )
+
+
+def _promote(groups: Any, gconc: Any) -> Select[Any]:
+    """Promote the first parked rows of each of ``groups`` (a CTE of ``grp``) into its
+    free slots; wake ``:channel`` once."""
     live = jobs.alias("live")
     busy = (
         select(func.count())

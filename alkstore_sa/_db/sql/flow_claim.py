@@ -21,7 +21,8 @@ Shape::
     ranked    due UNION ALL lapsed, numbered in claim order overall and
               within each group
     picked    the first rows in claim order whose group still has a slot,
-              at most :concurrency - live of them
+              at most :concurrency - live of them (and, ``bounded``, at
+              most :max_bytes of payloads: ``claim.within_bytes``)
     hold      park (``parked = true``: out of ``jobs_claim_ix``'s range,
               like an expired row, S3) up to :hold_limit pending rows of the
               groups that are full once this claim is done, picked rows
@@ -46,7 +47,8 @@ from sqlalchemy import (
 
 from ...schema import jobs
 from ._common import NOW, id_among, this_queue, unexpired
-from .claim import claim_picked
+from .claim import claim_picked, within_bytes
+from .due import candidate_keys
 from .flow_rate import group_rate_used, log_claims, queue_rate_room
 from .lapsed import lapsed_rows, reclaimable_of
 
@@ -58,9 +60,13 @@ HOLD_LIMIT = 1000
 
 
 @cache
-def claim_limited() -> Update:
+def claim_limited(bounded: bool = False) -> Update:
     """Claim up to ``:n`` jobs of ``:queue`` within ``:concurrency`` and
-    ``:group_concurrency``; RETURNING the rows (see the module's docstring)."""
+    ``:group_concurrency``; RETURNING the rows (see the module's docstring).
+
+    ``bounded``: the batch also stops once its payloads reach ``:max_bytes``,
+    by the unlimited claim's rule (``claim.within_bytes``) over the rows the
+    limits let through; a statement of its own, as there."""
     conc = bindparam("p_concurrency", type_=Integer)
     gconc = bindparam("p_group_concurrency", type_=Integer)
     n = bindparam("p_n", type_=Integer)
@@ -78,7 +84,7 @@ def claim_limited() -> Update:
     )
     blocked = select(busy.c.grp).where(busy.c.used >= gconc)
     due = (
-        select(jobs.c.id, jobs.c.priority, jobs.c.run_at, jobs.c.grp)
+        select(*candidate_keys(bounded), jobs.c.grp)
         .where(
             this_queue(),
             unexpired(),
@@ -92,7 +98,7 @@ def claim_limited() -> Update:
         .cte("due")
     )
     lapsed = lapsed_rows(paused_check=False)
-    reclaim = reclaimable_of(lapsed, grouped=True)
+    reclaim = reclaimable_of(lapsed, sized=bounded, grouped=True)
     both = union_all(select(due), select(reclaim)).subquery("both")
     order = (both.c.priority.desc(), both.c.run_at, both.c.id)
     rated = group_rate_used(select(both.c.grp).where(both.c.grp.is_not(None)))
@@ -105,6 +111,7 @@ def claim_limited() -> Update:
             func.row_number().over(partition_by=both.c.grp, order_by=order).label("in_group"),
             func.coalesce(busy.c.used, zero).label("used"),
             func.coalesce(rated.c.used, zero).label("rated"),
+            *((both.c.size,) if bounded else ()),
         )
         .select_from(
             both.outerjoin(busy, busy.c.grp == both.c.grp).outerjoin(
@@ -118,13 +125,18 @@ def claim_limited() -> Update:
     room = func.greatest(literal(0, type_=Integer), func.coalesce(conc - in_use, n))
     fits = ranked.c.grp.is_(None) | gconc.is_(None) | (ranked.c.in_group + ranked.c.used <= gconc)
     fits_rate = ranked.c.grp.is_(None) | grc.is_(None) | (ranked.c.in_group + ranked.c.rated <= grc)
-    picked = (
-        select(ranked.c.id, ranked.c.grp)
-        .where(fits, fits_rate)
-        .order_by(ranked.c.nth)
-        .limit(func.least(n, room, queue_rate_room(n)))
-        .cte("picked")
-    )
+    limit = func.least(n, room, queue_rate_room(n))
+    if bounded:
+        fitting = select(ranked).where(fits, fits_rate).subquery("fitting")
+        picked = within_bytes(fitting, (fitting.c.nth,), limit, keep=("id", "grp"), name="sized")
+    else:
+        picked = (
+            select(ranked.c.id, ranked.c.grp)
+            .where(fits, fits_rate)
+            .order_by(ranked.c.nth)
+            .limit(limit)
+            .cte("picked")
+        )
     # Groups full once this claim is done: their other pending rows are parked.
     taken = (
         select(picked.c.grp, func.count().label("took"))

@@ -32,8 +32,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from ...schema import flow_rates
-from ._common import NOW, queue_param
+from ...schema import flow_rates, jobs
+from ._common import NOW, queue_param, this_queue
 
 __all__ = ["group_rate_used", "log_claims", "next_allowed", "queue_rate_room"]
 
@@ -126,14 +126,19 @@ def log_claims(picked: CTE) -> tuple[CTE, CTE]:
 
 
 def next_allowed() -> Select[Any]:
-    """Seconds until ``:queue``'s rate lets a claim through again, run in the claim's
-    transaction after it (no row: the rate was not what held the claim back).
+    """Seconds until a claim of ``:queue`` held back by a rate may get a job again:
+    the queue's rate, or the earliest of the group rates of the groups that have
+    pending rows -- run in the claim's transaction after it (NULL: no rate was
+    full, so no rate is what held the claim back).
 
-    Whether the window was full is judged at the transaction's start, which is
+    Whether a window was full is judged at the transaction's start, which is
     before the claim's statement: a window full when the claim ran is full then
-    too (the times only leave it), so a claim held back by the rate always
-    gets a wait -- 0 if the window has moved on since, never "no row", which
-    would leave a worker to its re-poll.  The wait itself is counted from now.
+    too (the times only leave it), so a claim held back by a rate always
+    gets a wait -- 0 or less if the window has moved on since, never NULL,
+    which would leave a worker to its re-poll.  The wait itself is counted
+    from now.  A group's wait is when its oldest time in the window leaves
+    it: early, never late, if a lowered count left more times than it in the
+    window (the claim then woken finds the window still full and waits again).
     """
     count, per = _rate("")
     began = func.transaction_timestamp(type_=DateTime(timezone=True))
@@ -146,8 +151,43 @@ def next_allowed() -> Select[Any]:
         .limit(count)
         .subquery("w")
     )
-    oldest = select(func.min(in_window.c.at).label("at"), func.count().label("n")).subquery(
-        "oldest"
+    queue_wait = (
+        select(func.extract("epoch", func.min(in_window.c.at) + per - NOW))
+        .having(func.count() >= count)
+        .scalar_subquery()
     )
-    wait = func.extract("epoch", oldest.c.at + per - NOW)
-    return select(func.greatest(literal(0.0), wait)).where(oldest.c.n >= count)
+    return select(func.least(queue_wait, _group_wait(began)))
+
+
+def _group_wait(began: Any) -> Any:
+    """The earliest reopening of a full group window among the groups with due,
+    unparked pending rows (``jobs_group_ix``), in seconds from now."""
+    gcount, gper = _rate("group_")
+    times, inside = _in_window(gper, began)
+    full = (
+        select(flow_rates.c.grp, func.min(times.c.at).label("oldest"))
+        .select_from(flow_rates.join(times, literal(True)))
+        .where(
+            gcount.is_not(None),
+            flow_rates.c.queue == queue_param(),
+            flow_rates.c.grp != _QUEUE_ROW,
+            inside,
+        )
+        .group_by(flow_rates.c.grp)
+        .having(func.count() >= gcount)
+        .subquery("full_groups")
+    )
+    waiting = exists(
+        select(jobs.c.id).where(
+            this_queue(),
+            jobs.c.grp == full.c.grp,
+            jobs.c.status == "pending",
+            ~jobs.c.parked,
+            jobs.c.claim_at <= NOW,
+        )
+    )
+    return (
+        select(func.extract("epoch", func.min(full.c.oldest) + gper - NOW))
+        .where(waiting)
+        .scalar_subquery()
+    )
