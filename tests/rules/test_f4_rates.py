@@ -64,13 +64,34 @@ def test_f4_rate_and_concurrency_together(qs: Any) -> None:
     assert q.claim_batch("w", 10) == []  # a slot, but no rate left
 
 
+# The two worker tests below bound how late a claim may follow a window's reopening.
+# A worker sleeping out its 30 s re-poll, or a wait computed from the wrong window,
+# misses the bound on every run; a shared, loaded machine (CI runs four test
+# processes on two cores) misses it now and then by a scheduling delay.  So the
+# safety half (no window over its count, no claim before its window reopened) is
+# asserted on every attempt, and the timing half must hold on one of ATTEMPTS.
+ATTEMPTS = 3
+
+
+def _within_one_of(attempts: int, attempt: Any) -> None:
+    """Run ``attempt(i)`` (it asserts the safety rules, returns ``(ok, figures)``)
+    until one is ``ok``; fail with every attempt's figures if none is."""
+    seen = []
+    for i in range(attempts):
+        ok, figures = attempt(i)
+        if ok:
+            return
+        seen.append(figures)
+    raise AssertionError(f"the timing bound failed in all {attempts} attempts: {seen}")
+
+
 def test_f4_a_worker_held_back_by_a_rate_sleeps_until_it_may_claim(
     database_url: Any, engine: Engine
 ) -> None:
     """A Worker drains a backlog at the queue's rate: from each job's claim time (the
     database's: its claim deadline less its visibility timeout), no window of ``per``
-    holds more than ``count`` claims, the backlog keeps the rate close to full, and the
-    worker waits on its due timer (``poll_interval`` is 30 s here)."""
+    holds more than ``count`` claims, the backlog keeps the rate close to full
+    (>= 0.9 x), and the worker waits on its due timer (``poll_interval`` is 30 s)."""
     from datetime import timedelta
 
     from alkstore_sa import Job, Store, Worker
@@ -78,41 +99,45 @@ def test_f4_a_worker_held_back_by_a_rate_sleeps_until_it_may_claim(
     from .._qtools import sql
     from .._workers import start_worker, wait_for
 
-    sql(engine, "CREATE TABLE f4_claims (job_id bigint, at timestamptz)")
     count, per, total = 5, 0.4, 20
-    with Store(engine) as store:
-        q = store.queue("f4-worker")
-        q.set_limits(Limits(rate=Rate(count, per=per)))
-        q.enqueue_many([b"x"] * total)
 
-        def work(job: Job) -> None:
-            assert job.claim_deadline is not None
-            at = job.claim_deadline - timedelta(seconds=job.visibility_timeout)
-            sql(engine, "INSERT INTO f4_claims VALUES (:i, :at)", i=job.id, at=at)
+    def attempt(i: int) -> tuple[bool, float]:
+        table, name = f"f4_claims_{i}", f"f4-worker-{i}"
+        sql(engine, f"CREATE TABLE {table} (job_id bigint, at timestamptz)")
+        with Store(engine) as store:
+            q = store.queue(name)
+            q.set_limits(Limits(rate=Rate(count, per=per)))
+            q.enqueue_many([b"x"] * total)
 
-        running = start_worker(
-            "sync",
-            database_url,
-            lambda s: Worker({s.queue("f4-worker"): work}, concurrency=8, poll_interval=30),
+            def work(job: Job) -> None:
+                assert job.claim_deadline is not None
+                at = job.claim_deadline - timedelta(seconds=job.visibility_timeout)
+                sql(engine, f"INSERT INTO {table} VALUES (:i, :at)", i=job.id, at=at)
+
+            running = start_worker(
+                "sync",
+                database_url,
+                lambda s: Worker({s.queue(name): work}, concurrency=8, poll_interval=30),
+            )
+            try:
+                wait_for(lambda: q.stats().due + q.stats().processing == 0, timeout=20)
+            finally:
+                running.stop()
+        worst = sql(
+            engine,
+            f"SELECT max(n) AS n FROM (SELECT (SELECT count(*) FROM {table} b"
+            f" WHERE b.at >= a.at AND b.at < a.at + :per) AS n FROM {table} a) w",
+            per=timedelta(seconds=per),
+        )[0]["n"]
+        span = float(
+            sql(engine, f"SELECT extract(epoch FROM max(at) - min(at)) AS s FROM {table}")[0]["s"]
         )
-        try:
-            wait_for(lambda: q.stats().due + q.stats().processing == 0, timeout=20)
-        finally:
-            running.stop()
-    worst = sql(
-        engine,
-        "SELECT max(n) AS n FROM (SELECT (SELECT count(*) FROM f4_claims b"
-        " WHERE b.at >= a.at AND b.at < a.at + :per) AS n FROM f4_claims a) w",
-        per=timedelta(seconds=per),
-    )[0]["n"]
-    span = sql(engine, "SELECT extract(epoch FROM max(at) - min(at)) AS s FROM f4_claims")[0]["s"]
-    assert worst <= count
-    # 20 jobs at 5 per 0.4 s: three full windows from the first claim to the last,
-    # give or take a claim's round trip and a timer's wake-up per window (>= 0.85 x
-    # the rate sustained: 1.36 s against 1.33 s for 0.9x was seen once in CI, with
-    # three other test processes on two cores; a worker waiting on its 30 s re-poll
-    # instead of its due timer would take seconds).
-    assert float(span) <= (total / count - 1) * per / 0.85
+        assert worst <= count
+        # 20 jobs at 5 per 0.4 s: three full windows from the first claim to the
+        # last, give or take a claim's round trip per window (>= 0.9 x sustained).
+        return span <= (total / count - 1) * per / 0.9, span
+
+    _within_one_of(ATTEMPTS, attempt)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -121,7 +146,7 @@ def test_f4_a_worker_held_back_by_a_group_rate_claims_when_its_window_reopens(
 ) -> None:
     """A group's rate, not the queue's, holds the worker back: its claim reports when
     the group's window reopens and the worker's due timer (V5) claims then -- each
-    batch is claimed within 100 ms, and its handlers start within ~100 ms, of the
+    batch is claimed within 100 ms, and its handlers start within ~150 ms, of the
     window opened by the batch before (from start rows the handlers write with
     ``clock_timestamp()`` and each claim's database time), not at the re-poll
     (``poll_interval`` is 30 s here)."""
@@ -132,50 +157,55 @@ def test_f4_a_worker_held_back_by_a_group_rate_claims_when_its_window_reopens(
     from .._qtools import sql
     from .._workers import handler, start_worker, wait_for, worker_class
 
-    sql(engine, "CREATE TABLE f4g_starts (job_id bigint, claimed timestamptz, at timestamptz)")
     count, per, total = 3, 0.5, 9
-    with Store(engine) as store:
-        q = store.queue("f4-group-worker")
-        q.set_limits(Limits(group_rate=Rate(count, per=per)))
-        q.enqueue_many([b"x"] * total, EnqueueOpts(group="g"))
 
-        def work(job: Job) -> None:
-            assert job.claim_deadline is not None
-            claimed = job.claim_deadline - timedelta(seconds=job.visibility_timeout)
-            sql(
-                engine,
-                "INSERT INTO f4g_starts VALUES (:i, :c, clock_timestamp())",
-                i=job.id,
-                c=claimed,
+    def attempt(i: int) -> tuple[bool, dict[str, Any]]:
+        table, name = f"f4g_starts_{i}", f"f4-group-worker-{i}"
+        sql(engine, f"CREATE TABLE {table} (job_id bigint, claimed timestamptz, at timestamptz)")
+        with Store(engine) as store:
+            q = store.queue(name)
+            q.set_limits(Limits(group_rate=Rate(count, per=per)))
+            q.enqueue_many([b"x"] * total, EnqueueOpts(group="g"))
+
+            def work(job: Job) -> None:
+                assert job.claim_deadline is not None
+                claimed = job.claim_deadline - timedelta(seconds=job.visibility_timeout)
+                sql(
+                    engine,
+                    f"INSERT INTO {table} VALUES (:i, :c, clock_timestamp())",
+                    i=job.id,
+                    c=claimed,
+                )
+
+            running = start_worker(
+                kind,
+                database_url,
+                lambda s: worker_class(kind)(
+                    {s.queue(name): handler(kind, work)}, concurrency=8, poll_interval=30
+                ),
             )
+            try:
+                wait_for(lambda: q.stats().due + q.stats().processing == 0, timeout=10)
+            finally:
+                running.stop()
+        # Batches by claim time; each after the first: its first start less the
+        # window the batch before it opened (its claim time + per).
+        late = sql(
+            engine,
+            f"WITH b AS (SELECT claimed, min(at) AS first, count(*) AS n FROM {table}"
+            " GROUP BY claimed)"
+            " SELECT count(*) AS batches, max(n) AS most,"
+            " max(extract(epoch FROM first - (prev + :per))) AS worst,"
+            " max(extract(epoch FROM claimed - (prev + :per))) AS claim_late,"
+            " min(extract(epoch FROM claimed - (prev + :per))) AS earliest"
+            " FROM (SELECT *, lag(claimed) OVER (ORDER BY claimed) AS prev FROM b) w",
+            per=timedelta(seconds=per),
+        )[0]
+        assert late["batches"] == total // count and late["most"] == count
+        assert float(late["earliest"]) >= 0  # no claim before the window reopened
+        # A few tens of ms on a quiet machine (the re-poll would be 30 s late, a
+        # claim in a loop would claim before the window).
+        ok = float(late["claim_late"]) < 0.1 and float(late["worst"]) < 0.15
+        return ok, dict(late)
 
-        running = start_worker(
-            kind,
-            database_url,
-            lambda s: worker_class(kind)(
-                {s.queue("f4-group-worker"): handler(kind, work)}, concurrency=8, poll_interval=30
-            ),
-        )
-        try:
-            wait_for(lambda: q.stats().due + q.stats().processing == 0, timeout=10)
-        finally:
-            running.stop()
-    # Batches by claim time; each after the first: its first start less the window
-    # the batch before it opened (its claim time + per).
-    late = sql(
-        engine,
-        "WITH b AS (SELECT claimed, min(at) AS first, count(*) AS n FROM f4g_starts"
-        " GROUP BY claimed)"
-        " SELECT count(*) AS batches, max(n) AS most,"
-        " max(extract(epoch FROM first - (prev + :per))) AS worst,"
-        " max(extract(epoch FROM claimed - (prev + :per))) AS claim_late,"
-        " min(extract(epoch FROM claimed - (prev + :per))) AS earliest"
-        " FROM (SELECT *, lag(claimed) OVER (ORDER BY claimed) AS prev FROM b) w",
-        per=timedelta(seconds=per),
-    )[0]
-    assert late["batches"] == total // count and late["most"] == count
-    assert float(late["earliest"]) >= 0  # no claim before the window reopened
-    # ~100 ms: a few tens on a quiet machine; the slack is for a loaded one (the
-    # re-poll would be 30 s late, a claim in a loop would claim before the window).
-    assert float(late["claim_late"]) < 0.1
-    assert float(late["worst"]) < 0.15
+    _within_one_of(ATTEMPTS, attempt)
