@@ -434,6 +434,15 @@ def _plan(
             )
         for n in (1, 2):
             add(f"XP --processes {n}", fresh(lambda lb, n=n: _processes.drain(db, s.drain, n, lb)))
+        for n in (1, 2):  # D3's shape: blocking 1 ms handlers
+            add(
+                f"XP --processes {n}, {_processes.SLEEP_MS:g} ms handlers",
+                fresh(
+                    lambda lb, n=n: _processes.drain(
+                        db, s.drain, n, lb, sleep_ms=_processes.SLEEP_MS
+                    )
+                ),
+            )
     if "XC" in only:  # X1: CPU-bound handlers, 1 process vs 2
         for n in (1, 2):
             add(
@@ -444,6 +453,14 @@ def _plan(
                     )
                 ),
             )
+        add(
+            "XC cpu-bound, 1 process, a 2-process handler_executor",
+            fresh(
+                lambda lb: _processes.drain(
+                    db, _processes.CPU_JOBS, 1, lb, cpu_ms=_processes.CPU_MS, pool=2
+                )
+            ),
+        )
     if "RS" in only:  # R1-R3: D1 with every job kept (beside D1 n=10), then wait() latency
         if "D1" not in only:
             add("D1 alkstore n=10", fresh(lambda lb: _d1(db, s, "D1", "alkstore", 10, lb)))

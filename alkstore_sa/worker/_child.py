@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from .._values.errors import AlkstoreError
-from ._worker import AsyncWorker, Worker
+from ._worker import AsyncWorker, Worker, own_handler_executor
 
 __all__ = ["REPORT_EVERY", "child_main", "one_line"]
 
@@ -164,6 +164,7 @@ def child_main(factory: Callable[[], object], conn: Connection, metrics: bool) -
             stopped = child.stops
         if stopped:
             return
+        own_handler_executor(worker)
         if isinstance(worker, AsyncWorker):
             asyncio.run(worker.run())
         else:

@@ -134,6 +134,12 @@ class HandlerPool:
         broken.shutdown(wait=False, cancel_futures=True)
         return self._executor
 
+    def adopt(self) -> None:
+        """Shut the executor down at the end of the run, whoever made it: in an X1
+        child, whose exit would otherwise hang on a process pool -- multiprocessing
+        joins the child's own child processes before the pool's exit hook runs."""
+        self._owned = True
+
     def close(self) -> None:
         """Shut down the executor if it is the run's own; never waits for handlers."""
         if self._owned:

@@ -1,8 +1,5 @@
-"""The public faces: ``Worker`` (blocking) and ``AsyncWorker`` (awaitable).
-
-Both validate everything when built, before touching the database, and
-drive the same asyncio runtime (``_supervisor``) through their own backend.
-"""
+"""The public faces: ``Worker`` (blocking) and ``AsyncWorker`` (awaitable); both
+validate everything when built, before any SQL, and drive one asyncio runtime."""
 
 from __future__ import annotations
 
@@ -38,6 +35,7 @@ __all__ = [
     "handled",
     "override_concurrency",
     "override_handler_executor",
+    "own_handler_executor",
 ]
 
 DEFAULT_CONCURRENCY = 8
@@ -216,7 +214,6 @@ class Worker(_Base):
         max_batch_payload_bytes: int | None = None,
         handler_executor: Executor | None = None,
     ) -> None:
-
         def sync_only(spec: HandlerSpec, name: str) -> None:
             if spec.is_async:
                 raise TypeError(
@@ -330,10 +327,7 @@ def handled(worker: Worker | AsyncWorker) -> list[tuple[Any, HandlerSpec]]:
 
 
 def override_concurrency(worker: Worker | AsyncWorker, concurrency: int) -> None:
-    """For ``alkstore worker --concurrency``: change it on a worker built elsewhere.
-
-    Only before ``run()``: ``RuntimeError`` once it ran.
-    """
+    """For ``alkstore worker --concurrency`` (only before ``run()``: else RuntimeError)."""
     worker._override_concurrency(concurrency)
 
 
@@ -341,6 +335,12 @@ def override_handler_executor(worker: Worker | AsyncWorker, executor: Executor) 
     """For ``alkstore worker --handler-processes N`` (X2): run a built worker's sync
     handlers in ``executor``, shut down when its run ends (checks as the constructor's)."""
     worker._pool = handler_pool(executor, [(q.name, h) for q, h in worker._queues], owned=True)
+
+
+def own_handler_executor(worker: Worker | AsyncWorker) -> None:
+    """X1's child: its worker shuts its ``handler_executor`` down when its run ends."""
+    if worker._pool is not None:
+        worker._pool.adopt()
 
 
 def check_schema(store: Store) -> None:

@@ -99,6 +99,7 @@ def test_bench_scale_cases_s2_s3_s4_report_their_targets(
         assert key in s4["extra"]
 
 
+@pytest.mark.timeout(300)  # seven drains, each starting its worker processes
 def test_x1_bench_processes_and_cpu_bound_run_and_report_their_targets(
     pg_server: _pg.Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -114,8 +115,16 @@ def test_x1_bench_processes_and_cpu_bound_run_and_report_their_targets(
     for case, jobs in (("XP", 200), ("XC", 40)):
         for n in (1, 2):
             assert ran[(case, f"alkstore-p{n}")]["jobs"] == jobs
+    for system in ("alkstore-p1-sleep", "alkstore-p2-sleep"):  # D3's shape by processes
+        assert ran[("XP", system)]["jobs"] == 200
+    assert ran[("XC", "alkstore-pool2")]["jobs"] == 40  # X2: a 2-process handler_executor
     names = {t["name"] for t in doc["targets"] if t["value"] is not None}
-    assert {"XP 2 processes vs 1", "XC cpu-bound 2 processes vs 1"} <= names
+    assert {
+        "XP 2 processes vs 1",
+        "XC cpu-bound 2 processes vs 1",
+        "XC cpu-bound handler_executor (2 processes) vs 1 process",
+        "XP 1 ms blocking handlers vs no-op, 2 process(es)",
+    } <= names
     if importlib.util.find_spec("pgqueuer") is not None:  # the bench extra's baseline
         assert ("D2", "pgqueuer-asyncpg") in ran
         assert "XP 2 processes vs pgqueuer-asyncpg" in names

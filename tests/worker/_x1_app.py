@@ -14,6 +14,7 @@ import time
 
 from sqlalchemy import text
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
 
 from alkstore_sa import Job, QueueOpts, Store, Worker
 
@@ -64,3 +65,30 @@ def make_nothing() -> object:
 def make_missing_schema() -> Worker:
     store = Store.from_url(os.environ["ALKSTORE_DATABASE_URL"], schema="x1_nosuch")
     return Worker({store.queue("x1"): lambda job: None}, poll_interval=0.1)
+
+
+def pooled_record(job: Job) -> None:
+    """A process pool's handler (module-level: the pool's child imports it by name)."""
+    from sqlalchemy import create_engine
+
+    engine = create_engine(os.environ["ALKSTORE_DATABASE_URL"], poolclass=NullPool)
+    with engine.begin() as conn:
+        conn.execute(text(RECORD), {"job": job.id, "pid": os.getpid(), "kind": "done"})
+    engine.dispose()
+
+
+def make_pooled_worker() -> Worker:
+    """A worker whose handlers run in a process pool the factory made itself (X2 in X1)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    store = Store.from_url(os.environ["ALKSTORE_DATABASE_URL"])
+    pool = ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))
+    return Worker(
+        {store.queue("x1"): pooled_record},
+        concurrency=2,
+        poll_interval=0.1,
+        sweep_interval=None,
+        vacuum_interval=None,
+        handler_executor=pool,
+    )

@@ -118,6 +118,28 @@ def test_x1_sigterm_mid_drain_stops_every_child_gracefully_and_loses_nothing(
     _done_once(table, ids)
 
 
+def test_x1_a_child_whose_worker_has_its_own_process_pool_stops_on_sigterm(
+    database_url: URL, store: Store, table: Engine, closing: list[Supervised]
+) -> None:
+    """X1 x X2: a factory that builds its own ``ProcessPoolExecutor`` (not the CLI's
+    ``--handler-processes``): the child shuts the pool down when its run ends, so
+    the supervisor exits 0 at once -- a pool left up would hang each child's exit
+    (multiprocessing joins the child's own processes before the pool's exit hook)."""
+    sup = script(database_url, "make_pooled_worker", 2)
+    closing.append(sup)
+    sup.wait_running(2)
+    ids = store.queue("x1").enqueue_many([b""] * 20)
+    wait_for(lambda: _left(store) == 0, timeout=60, every=0.05)
+    code, took = sup.stop(signal.SIGTERM)
+    assert code == 0, sup.text()
+    assert took < 10, sup.text()  # the default grace is 30 s; a hung exit takes all of it
+    [(done, pids)] = runs(
+        table, "SELECT count(*), count(DISTINCT pid) FROM x1_runs WHERE job_id = ANY(:ids)", ids=ids
+    )
+    assert done == len(ids)
+    assert pids >= 1  # written by the pools' processes, not the children
+
+
 def test_x1_kill_9_of_a_child_restarts_it_and_its_jobs_run_once_more(
     database_url: URL, store: Store, table: Engine, closing: list[Supervised]
 ) -> None:
