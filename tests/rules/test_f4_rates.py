@@ -146,7 +146,7 @@ def test_f4_a_worker_held_back_by_a_group_rate_claims_when_its_window_reopens(
 ) -> None:
     """A group's rate, not the queue's, holds the worker back: its claim reports when
     the group's window reopens and the worker's due timer (V5) claims then -- each
-    batch is claimed within 100 ms, and its handlers start within ~150 ms, of the
+    batch is claimed within 250 ms, and its handlers start within 300 ms, of the
     window opened by the batch before (from start rows the handlers write with
     ``clock_timestamp()`` and each claim's database time), not at the re-poll
     (``poll_interval`` is 30 s here)."""
@@ -203,9 +203,10 @@ def test_f4_a_worker_held_back_by_a_group_rate_claims_when_its_window_reopens(
         )[0]
         assert late["batches"] == total // count and late["most"] == count
         assert float(late["earliest"]) >= 0  # no claim before the window reopened
-        # A few tens of ms on a quiet machine (the re-poll would be 30 s late, a
-        # claim in a loop would claim before the window).
-        ok = float(late["claim_late"]) < 0.1 and float(late["worst"]) < 0.15
+        # A few tens of ms on a quiet machine, 0.1-0.2 s with a CI run beside it;
+        # the bugs this tells are a window (0.5 s) or a re-poll (30 s) late, and a
+        # claim in a loop would claim before the window.
+        ok = float(late["claim_late"]) < 0.25 and float(late["worst"]) < 0.3
         return ok, dict(late)
 
     _within_one_of(ATTEMPTS, attempt)

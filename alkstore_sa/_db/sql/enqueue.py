@@ -40,6 +40,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ...schema import jobs
 from ._common import NOW, wake_once_if_any
+from .flow import parked_at_enqueue
 
 
 class _Payload(LargeBinary):
@@ -86,9 +87,9 @@ def _many(*, traced: bool, kept: bool = False, grouped: bool = False) -> Select[
         .table_valued("payload", with_ordinality="ord")
         .render_derived()
     )
-    rows = _stamped(given.c.payload, traced=traced, kept=kept, grouped=grouped).order_by(
-        given.c.ord
-    )
+    rows = _stamped(
+        given.c.payload, traced=traced, kept=kept, grouped=grouped, nth=given.c.ord
+    ).order_by(given.c.ord)
     return _insert_and_wake(rows, in_order=True, traced=traced, kept=kept, grouped=grouped)
 
 
@@ -123,9 +124,11 @@ def _many_keyed(
         .table_valued("payload", "unique_key", with_ordinality="ord")
         .render_derived()
     )
-    rows = _stamped(
-        given.c.payload, traced=traced, key=given.c.unique_key, kept=kept, grouped=grouped
-    ).order_by(given.c.ord)
+    g = given.c
+    stamped = _stamped(
+        g.payload, traced=traced, key=g.unique_key, kept=kept, grouped=grouped, nth=g.ord
+    )
+    rows = stamped.order_by(g.ord)
     return _insert_keyed_and_wake(
         rows, in_order=True, traced=traced, kept=kept, grouped=grouped, replace=replace
     )
@@ -257,7 +260,9 @@ def _stamped(
     key: ColumnElement[Any] | None = None,
     kept: bool = False,
     grouped: bool = False,
+    nth: ColumnElement[Any] | None = None,
 ) -> Select[Any]:
+    # nth: each row's place in the enqueue (1-based): a grouped row may start parked (F3).
     stamps = select(
         bindparam("p_queue", type_=Text),
         payload,
@@ -276,7 +281,9 @@ def _stamped(
     if kept:
         stamps = stamps.add_columns(bindparam("p_keep_completed", type_=Interval))
     if grouped:
-        stamps = stamps.add_columns(bindparam("p_group", type_=Text))
+        group = bindparam("p_group", type_=Text)
+        first = literal(1, type_=Integer)
+        stamps = stamps.add_columns(group, parked_at_enqueue(group, first if nth is None else nth))
     if key is not None:
         stamps = stamps.add_columns(key)
     return stamps
@@ -288,7 +295,7 @@ def _columns(*, traced: bool, kept: bool, grouped: bool = False) -> list[str]:
         *_COLUMNS,
         *(["trace_context"] if traced else []),
         *(["keep_completed"] if kept else []),
-        *(["grp"] if grouped else []),
+        *(["grp", "parked"] if grouped else []),
     ]
 
 

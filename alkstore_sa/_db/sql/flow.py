@@ -17,8 +17,10 @@ from sqlalchemy import (
     Interval,
     Select,
     Text,
+    and_,
     bindparam,
     delete,
+    false,
     func,
     literal,
     or_,
@@ -45,9 +47,12 @@ __all__ = [
     "clear_limits",
     "freed",
     "freed_groups",
+    "group_busy",
+    "group_ready",
     "groups_of",
     "limits_of",
     "lock_settings",
+    "parked_at_enqueue",
     "set_limits",
 ]
 
@@ -206,9 +211,7 @@ def freed() -> Select[Any]:
     rows -- found one index descent per group in ``jobs_held_ix`` (a loose
     scan: the cost grows with the groups that have parked rows, never with
     their rows) -- the first parked rows in claim order are unparked, as
-    many as ``:group_concurrency`` leaves free after the group's live claims
-    and its rows already in the claim's range.
-    """
+    many as its free slots (``_promote``)."""
     gconc = bindparam("p_group_concurrency", type_=Integer)
     first = jobs.alias("first")
     seed = (
@@ -257,23 +260,27 @@ def groups_of() -> Select[Any]:
     )
 
 
-def _promote(groups: Any, gconc: Any) -> Select[Any]:
-    """Promote the first parked rows of each of ``groups`` (a CTE of ``grp``) into its
-    free slots; wake ``:channel`` once."""
+def group_busy(grp: Any, *correlated: Any) -> Any:
+    """The live (unlapsed) claims of the group ``grp`` of ``:queue``: what fills its slots."""
     live = jobs.alias("live")
-    busy = (
+    return (
         select(func.count())
         .where(
             live.c.queue == queue_param(),
             live.c.status == "processing",
-            live.c.grp == groups.c.grp,
+            live.c.grp == grp,
             live.c.claim_deadline > NOW,
         )
-        .correlate(groups)
+        .correlate(*correlated)
         .scalar_subquery()
     )
+
+
+def group_ready(grp: Any, gconc: Any, *correlated: Any) -> Any:
+    """The group's pending rows in the claim's range (unparked), counted up to ``gconc``
+    (``jobs_group_ix``): the rows its free slots go to before any parked one."""
     ready_rows = jobs.alias("ready")
-    ready = (
+    return (
         select(func.count())
         .select_from(
             select(ready_rows.c.id)
@@ -281,15 +288,41 @@ def _promote(groups: Any, gconc: Any) -> Select[Any]:
                 ready_rows.c.queue == queue_param(),
                 ready_rows.c.status == "pending",
                 ~ready_rows.c.parked,
-                ready_rows.c.grp == groups.c.grp,
+                ready_rows.c.grp == grp,
             )
             .limit(gconc)
-            .correlate(groups)
+            .correlate(*correlated)
             .subquery()
         )
-        .correlate(groups)
+        .correlate(*correlated)
         .scalar_subquery()
     )
+
+
+def parked_at_enqueue(grp: Any, nth: Any) -> Any:
+    """F3: whether the ``nth`` row (1-based, claim order) an enqueue puts into the group
+    ``grp`` starts parked: the queue has a ``group_concurrency``, the group has no
+    row in the claim's range, and its live claims plus the rows before this one
+    fill its slots -- so a burst into a full group stays out of the claim's range.
+    A group with rows in range is left to the claim's parking (a row parked
+    behind them could be passed over by a lower-priority one)."""
+    gconc = select(settings.c.group_concurrency).where(_this_settings()).scalar_subquery()
+    return func.coalesce(
+        and_(
+            gconc.is_not(None),
+            group_ready(grp, literal(1, type_=Integer)) == literal(0, type_=Integer),
+            group_busy(grp) + nth - literal(1, type_=Integer) >= gconc,
+        ),
+        false(),
+    )
+
+
+def _promote(groups: Any, gconc: Any) -> Select[Any]:
+    """Promote the first parked rows of each of ``groups`` (a CTE of ``grp``) into its
+    free slots -- ``:group_concurrency`` less its live claims and its rows already
+    in the claim's range; wake ``:channel`` once."""
+    busy = group_busy(groups.c.grp, groups)
+    ready = group_ready(groups.c.grp, gconc, groups)
     held = jobs.alias("held")
     heads = (
         select(held.c.id)
