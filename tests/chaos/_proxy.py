@@ -129,6 +129,7 @@ class Conn:
     hole_for: float | None = None  # how long a triggered blackhole holds it
     holed_at: float | None = None  # time.time() it was (last) blackholed
     rows_held: int = 0  # result rows read from the server while blackholed
+    notes_held: int = 0  # NOTIFY messages (``A``) read from the server while blackholed
     hole_armed: float | None = None  # a matched statement's blackhole, due at its end
 
     def saw(self, needle: str) -> bool:
@@ -408,6 +409,8 @@ class Proxy:
                         conn.in_flight = None
                     elif kind == b"D" and not conn.flowing.is_set():
                         conn.rows_held += 1  # a result row the client never got
+                    elif kind == b"A" and not conn.flowing.is_set():
+                        conn.notes_held += 1  # a notification the client never got
                     prev = end
                 if skip:
                     kept, at = b"", 0

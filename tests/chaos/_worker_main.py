@@ -6,7 +6,9 @@ handler run is first logged in ``chaos_runs`` through a separate engine in
 autocommit (so the log survives kills and rollbacks); a session-scoped
 handler then writes its effect to ``chaos_effects`` in the handler's
 session, which commits with the ack or not at all (Q28).  On a
-graceful exit it prints one JSON line with its pool's state.
+graceful exit it prints one JSON line with its pool's state.  With
+``"result": true`` a handler returns ``b"done:" + payload``: the result a
+job stamped with ``keep_completed`` keeps (R1/R2).
 """
 
 # ruff: noqa: E402 -- the SIGTERM handler below must come before the slow imports
@@ -43,7 +45,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
 
-from alkstore_sa import AsyncStore, AsyncWorker, Job, Store, Worker
+from alkstore_sa import AsyncStore, AsyncWorker, Job, QueueOpts, Store, Worker
 
 DONE = text(
     "INSERT INTO chaos_done (job_id, attempt, pid, port, at) "
@@ -110,6 +112,17 @@ def _pause(cfg: dict[str, Any]) -> float:
     return random.uniform(0, cfg.get("work_ms", 0)) / 1000
 
 
+def _opts(cfg: dict[str, Any]) -> QueueOpts | None:
+    """The worker's queue options (``"queue_opts"``: QueueOpts fields), such as
+    its retry curve (Q17), which the worker's queue handle, not the row, holds."""
+    return QueueOpts(**cfg["queue_opts"]) if "queue_opts" in cfg else None
+
+
+def _result(cfg: dict[str, Any], job: Job) -> bytes | None:
+    """The handler's return value: the kept job's result, when asked for (R2)."""
+    return b"done:" + job.payload if cfg.get("result") else None
+
+
 def run_sync(cfg: dict[str, Any]) -> dict[str, Any]:
     engine = create_engine(cfg["url"], **_engine_kw(cfg))
     # The ledger goes straight to the server (the queue's traffic may go
@@ -121,7 +134,7 @@ def run_sync(cfg: dict[str, Any]) -> dict[str, Any]:
         with recorder.connect() as conn:
             conn.execute(RUN, _row(job))
 
-    def session_handler(job: Job, session: Session) -> None:
+    def session_handler(job: Job, session: Session) -> bytes | None:
         record(job)
         time.sleep(_pause(cfg))
         session.execute(EFFECT, _row(job))
@@ -129,13 +142,15 @@ def run_sync(cfg: dict[str, Any]) -> dict[str, Any]:
             port = _client_port(session.connection().connection)
             with recorder.connect() as conn:
                 conn.execute(DONE, {**_row(job), "port": port, "at": time.time()})
+        return _result(cfg, job)
 
-    def plain_handler(job: Job) -> None:
+    def plain_handler(job: Job) -> bytes | None:
         record(job)
         time.sleep(_pause(cfg))
+        return _result(cfg, job)
 
     store = Store(engine)
-    queue = store.queue(cfg["queue"])
+    queue = store.queue(cfg["queue"], _opts(cfg))
     handler = session_handler if cfg.get("session", True) else plain_handler
     Worker({queue: handler}, **_worker_kw(cfg)).run()
     report = {"checkedout": engine.pool.checkedout(), "pool": engine.pool.status()}
@@ -153,7 +168,7 @@ async def run_async(cfg: dict[str, Any]) -> dict[str, Any]:
         async with recorder.connect() as conn:
             await conn.execute(RUN, _row(job))
 
-    async def session_handler(job: Job, session: AsyncSession) -> None:
+    async def session_handler(job: Job, session: AsyncSession) -> bytes | None:
         await record(job)
         await asyncio.sleep(_pause(cfg))
         await session.execute(EFFECT, _row(job))
@@ -162,13 +177,15 @@ async def run_async(cfg: dict[str, Any]) -> dict[str, Any]:
             port = _client_port(conn.sync_connection.connection)
             async with recorder.connect() as rec:
                 await rec.execute(DONE, {**_row(job), "port": port, "at": time.time()})
+        return _result(cfg, job)
 
-    async def plain_handler(job: Job) -> None:
+    async def plain_handler(job: Job) -> bytes | None:
         await record(job)
         await asyncio.sleep(_pause(cfg))
+        return _result(cfg, job)
 
     store = AsyncStore(engine)
-    queue = store.queue(cfg["queue"])
+    queue = store.queue(cfg["queue"], _opts(cfg))
     handler = session_handler if cfg.get("session", True) else plain_handler
     await AsyncWorker({queue: handler}, **_worker_kw(cfg)).run()
     report = {"checkedout": engine.sync_engine.pool.checkedout()}

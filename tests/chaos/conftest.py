@@ -134,7 +134,14 @@ class Proc:
 
 def start_process(script: Path, cfg: dict[str, Any], log: Path) -> Proc:
     """Run ``script`` with ``cfg`` (JSON, its one argument) from the repository
-    root; its stderr goes to ``log``, its stdout stays readable."""
+    root; its stderr goes to ``log``, its stdout stays readable.
+
+    The repository root leads ``PYTHONPATH``: a script's own directory, not
+    the working directory, starts its ``sys.path``, so without it the process
+    would import whichever ``alkstore_sa`` is installed (an editable install
+    of another checkout, say) rather than the tree under test.
+    """
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     with open(log, "w") as err:
         popen = subprocess.Popen(
             [sys.executable, str(script), json.dumps(cfg)],
@@ -142,6 +149,7 @@ def start_process(script: Path, cfg: dict[str, Any], log: Path) -> Proc:
             stderr=err,
             text=True,
             cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": path},
         )
     return Proc(popen, log)
 
