@@ -4,12 +4,12 @@ a light `--help`, and `dev-db`."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -145,20 +145,34 @@ def test_v3_import_and_help_load_no_optional_part() -> None:
 
 
 def test_v3_help_starts_fast() -> None:
-    """`alkstore --help` under 0.5 s on an idle machine: measured here as the best of
-    three, against a bare interpreter's start on the same (possibly busy) machine."""
+    """`alkstore --help` under 0.5 s on an idle machine.  What a start costs on an
+    idle machine is its CPU time, which a busy one stretches in wall time only
+    (a CI run's four test processes on two cores made the wall time of the same
+    start 0.74 s): so the child's CPU time (user + system, from ``wait4``), best
+    of three, less a bare interpreter's -- and the reason it is small, that
+    ``--help`` imports neither SQLAlchemy nor a driver."""
 
     def best(*args: str) -> float:
         times = []
         for _ in range(3):
-            began = time.perf_counter()
-            subprocess.run([sys.executable, *args], capture_output=True, check=True, timeout=60)
-            times.append(time.perf_counter() - began)
+            child = subprocess.Popen([sys.executable, *args], stdout=subprocess.DEVNULL)
+            _, status, usage = os.wait4(child.pid, 0)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            assert child.returncode == 0
+            times.append(usage.ru_utime + usage.ru_stime)
         return min(times)
 
     bare = best("-c", "pass")
     helped = best("-m", "alkstore_sa.cli", "--help")
     assert helped - bare < 0.5, (helped, bare)
+    probe = (
+        "import runpy, sys; sys.argv = ['alkstore', '--help']\n"
+        "try: runpy.run_module('alkstore_sa.cli', run_name='__main__')\n"
+        "except SystemExit: pass\n"
+        "print(sorted(m for m in ('sqlalchemy', 'psycopg', 'asyncpg') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
 @pytest.fixture
