@@ -26,6 +26,7 @@ from .execute import fetch
 from .sql import flow as flow_sql
 from .sql import flow_claim as flow_claim_sql
 from .sql import flow_rate as flow_rate_sql
+from .sql import flow_slots as flow_slots_sql
 
 if TYPE_CHECKING:
     from .address import QueueAddress
@@ -142,8 +143,9 @@ def freeing(
 ) -> T:
     """``call`` (an ack, retry, fail, cancel or release of the jobs ``ids``), then --
     when it changed anything on a queue with limits -- the promotion of parked rows
-    of those jobs' groups into the slots it freed, and one wake (F2, F3).  The
-    groups are read first: the call may delete the rows."""
+    of those jobs' groups into the slots it freed, and one wake (F3); without group
+    limits, the wake alone, if the queue was full (F2).  The groups are read
+    first: the call may delete the rows."""
     groups: list[str] = []
     if flow.limited and flow.group_concurrency is not None and ids:
         rows = fetch(
@@ -152,7 +154,11 @@ def freeing(
         groups = [row[0] for row in rows]
     result = call(conn)
     if flow.limited and result:
-        freed(conn, address=address, group_concurrency=flow.group_concurrency, groups=groups)
+        if flow.group_concurrency is None:
+            params = {"p_queue": address.queue, "p_channel": address.channel, "p_freed": len(ids)}
+            fetch(conn, address, flow_slots_sql.wake_if_full(), params)
+        else:
+            freed(conn, address=address, group_concurrency=flow.group_concurrency, groups=groups)
     return result
 
 

@@ -242,3 +242,30 @@ def test_f1_a_task_defers_into_a_group_through_opts(store: Any) -> None:
     again = task.configure(opts=EnqueueOpts(group="tenant-8")).defer(order_id=2)
     q = store.queue("f1-tasks")
     assert q.get_job(job_id).group == "tenant-7" and q.get_job(again).group == "tenant-8"
+
+
+def test_f2_a_freed_slot_wakes_the_channel_only_if_the_queue_was_full(
+    qs: Any, engine: Engine
+) -> None:
+    """Only a full queue has a worker waiting for a slot: an ack that frees one of a
+    queue at its ``concurrency`` notifies once; one below it, or on a queue with
+    rates only, sends nothing (a NOTIFY serializes the commits that send one)."""
+    from .test_q_enqueue import listening
+
+    q = qs.queue("f2-wake-full")
+    q.enqueue_many([b"%d" % i for i in range(6)])
+    q.set_limits(Limits(concurrency=3))
+    with listening(engine, q.channel) as conn:
+        below = q.claim_batch("w", 2)  # 2 of 3 slots in use
+        assert below[0].ack() is True
+        assert list(conn.notifies(timeout=0.5)) == []
+        full = q.claim_batch("w", 10)  # 1 + 2: the queue is full
+        assert len(full) == 2
+        assert q.ack_batch([full[0].id, full[1].id]) == 2
+        got = list(conn.notifies(timeout=5.0, stop_after=1)) + list(conn.notifies(timeout=0.3))
+        assert [(n.channel, n.payload) for n in got] == [(q.channel, "")]
+        q.set_limits(Limits(rate=Rate(100, per=60)))  # rates only: nobody waits on a slot
+        assert len(list(conn.notifies(timeout=5.0, stop_after=1))) == 1  # set_limits' own
+        [h] = q.claim_batch("w", 1)
+        assert h.ack() is True
+        assert list(conn.notifies(timeout=0.5)) == []

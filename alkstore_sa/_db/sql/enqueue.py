@@ -40,7 +40,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ...schema import jobs
 from ._common import NOW, wake_once_if_any
-from .flow import parked_at_enqueue
+from .flow_slots import parked_at_enqueue
 
 
 class _Payload(LargeBinary):

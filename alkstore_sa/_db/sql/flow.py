@@ -17,10 +17,8 @@ from sqlalchemy import (
     Interval,
     Select,
     Text,
-    and_,
     bindparam,
     delete,
-    false,
     func,
     literal,
     or_,
@@ -33,26 +31,22 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ...schema import flow_rates, jobs, paused_queues
 from ._common import (
-    NOW,
     id_among,
     job_ids_param,
-    notify_once,
     queue_param,
     this_queue,
     unexpired,
 )
+from .flow_slots import group_busy, group_ready, this_settings, wake_if
 
 __all__ = [
     "LIMIT_COLUMNS",
     "clear_limits",
     "freed",
     "freed_groups",
-    "group_busy",
-    "group_ready",
     "groups_of",
     "limits_of",
     "lock_settings",
-    "parked_at_enqueue",
     "set_limits",
 ]
 
@@ -72,14 +66,6 @@ settings = paused_queues
 
 def _limit_params() -> dict[str, Any]:
     return {name: bindparam(f"p_{name}", type_=_TYPES.get(name, Integer)) for name in LIMIT_COLUMNS}
-
-
-def _this_settings() -> Any:
-    return settings.c.queue == queue_param()
-
-
-def _wake_if(rows: Any) -> Any:
-    return notify_once(rows, "p_channel", "wake", "woke")
 
 
 def _unpark_groups() -> Any:
@@ -126,7 +112,7 @@ def set_limits() -> Select[Any]:
         bindparam("p_group_concurrency", type_=Integer).is_(None),
     )
     unparked = update(jobs).where(id_among(held)).values(parked=False).returning(jobs.c.id)
-    wake = _wake_if(upserted)
+    wake = wake_if(upserted)
     return select(func.count()).select_from(wake).add_cte(unparked.cte("unparked"))
 
 
@@ -139,14 +125,14 @@ def clear_limits() -> Select[Any]:
     had_limits = [settings.c[name].is_not(None) for name in LIMIT_COLUMNS]
     cleared = (
         update(settings)
-        .where(_this_settings(), settings.c.paused_at.is_not(None), or_(*had_limits))
+        .where(this_settings(), settings.c.paused_at.is_not(None), or_(*had_limits))
         .values(**no_limits)
         .returning(settings.c.queue)
         .cte("cleared")
     )
     removed = (
         delete(settings)
-        .where(_this_settings(), settings.c.paused_at.is_(None))
+        .where(this_settings(), settings.c.paused_at.is_(None))
         .returning(settings.c.queue)
         .cte("removed")
     )
@@ -157,14 +143,14 @@ def clear_limits() -> Select[Any]:
         .cte("rates")
     )
     changed = union_all(select(cleared.c.queue), select(removed.c.queue)).subquery("changed")
-    wake = _wake_if(changed)
+    wake = wake_if(changed)
     return select(func.count()).select_from(wake).add_cte(_unpark_groups()).add_cte(rates)
 
 
 @cache
 def limits_of() -> Select[Any]:
     """F1: ``:queue``'s limit columns (no row: no limits, and not paused)."""
-    return select(*(settings.c[name] for name in LIMIT_COLUMNS)).where(_this_settings())
+    return select(*(settings.c[name] for name in LIMIT_COLUMNS)).where(this_settings())
 
 
 @cache
@@ -180,7 +166,7 @@ def lock_settings() -> Select[Any]:
     """
     return (
         select(settings.c.paused_at, *(settings.c[name] for name in LIMIT_COLUMNS))
-        .where(_this_settings())
+        .where(this_settings())
         .with_for_update()
     )
 
@@ -191,7 +177,7 @@ def has_limits() -> Select[Any]:
     return select(
         func.coalesce(
             select(or_(*(settings.c[name].is_not(None) for name in LIMIT_COLUMNS)))
-            .where(_this_settings())
+            .where(this_settings())
             .scalar_subquery(),
             literal(False),
         )
@@ -257,63 +243,6 @@ def groups_of() -> Select[Any]:
         select(jobs.c.grp)
         .distinct()
         .where(this_queue(), jobs.c.id == func.any(job_ids_param()), jobs.c.grp.is_not(None))
-    )
-
-
-def group_busy(grp: Any, *correlated: Any) -> Any:
-    """The live (unlapsed) claims of the group ``grp`` of ``:queue``: what fills its slots."""
-    live = jobs.alias("live")
-    return (
-        select(func.count())
-        .where(
-            live.c.queue == queue_param(),
-            live.c.status == "processing",
-            live.c.grp == grp,
-            live.c.claim_deadline > NOW,
-        )
-        .correlate(*correlated)
-        .scalar_subquery()
-    )
-
-
-def group_ready(grp: Any, gconc: Any, *correlated: Any) -> Any:
-    """The group's pending rows in the claim's range (unparked), counted up to ``gconc``
-    (``jobs_group_ix``): the rows its free slots go to before any parked one."""
-    ready_rows = jobs.alias("ready")
-    return (
-        select(func.count())
-        .select_from(
-            select(ready_rows.c.id)
-            .where(
-                ready_rows.c.queue == queue_param(),
-                ready_rows.c.status == "pending",
-                ~ready_rows.c.parked,
-                ready_rows.c.grp == grp,
-            )
-            .limit(gconc)
-            .correlate(*correlated)
-            .subquery()
-        )
-        .correlate(*correlated)
-        .scalar_subquery()
-    )
-
-
-def parked_at_enqueue(grp: Any, nth: Any) -> Any:
-    """F3: whether the ``nth`` row (1-based, claim order) an enqueue puts into the group
-    ``grp`` starts parked: the queue has a ``group_concurrency``, the group has no
-    row in the claim's range, and its live claims plus the rows before this one
-    fill its slots -- so a burst into a full group stays out of the claim's range.
-    A group with rows in range is left to the claim's parking (a row parked
-    behind them could be passed over by a lower-priority one)."""
-    gconc = select(settings.c.group_concurrency).where(_this_settings()).scalar_subquery()
-    return func.coalesce(
-        and_(
-            gconc.is_not(None),
-            group_ready(grp, literal(1, type_=Integer)) == literal(0, type_=Integer),
-            group_busy(grp) + nth - literal(1, type_=Integer) >= gconc,
-        ),
-        false(),
     )
 
 

@@ -50,6 +50,7 @@ from ._common import NOW, id_among, this_queue, unexpired
 from .claim import claim_picked, within_bytes
 from .due import candidate_keys
 from .flow_rate import group_rate_used, log_claims, queue_rate_room
+from .flow_slots import live_claim
 from .lapsed import lapsed_rows, reclaimable_of
 
 __all__ = ["HOLD_LIMIT", "claim_limited"]
@@ -70,12 +71,7 @@ def claim_limited(bounded: bool = False) -> Update:
     conc = bindparam("p_concurrency", type_=Integer)
     gconc = bindparam("p_group_concurrency", type_=Integer)
     n = bindparam("p_n", type_=Integer)
-    live = (
-        select(jobs.c.grp)
-        .where(this_queue(), jobs.c.status == "processing", jobs.c.claim_deadline > NOW)
-        .cte("live")
-        .prefix_with("MATERIALIZED")
-    )
+    live = select(jobs.c.grp).where(*live_claim(jobs)).cte("live").prefix_with("MATERIALIZED")
     busy = (
         select(live.c.grp, func.count().label("used"))
         .where(live.c.grp.is_not(None))
