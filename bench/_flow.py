@@ -40,14 +40,22 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from alkstore_sa import EnqueueOpts, Job, Limits, Rate, Store, Worker
+from alkstore_sa import EnqueueOpts, Job, Limits, QueueOpts, Rate, Store, Worker
 
 from . import _cases, _drain
 from ._db import Database, vacuum
 from ._progress import Bar
 from ._report import Figure, Figures, Target, _ratio
 
-__all__ = ["claim_beside_blocked", "drain_groups", "drain_limited", "rate", "targets", "wake"]
+__all__ = [
+    "claim_beside_blocked",
+    "claim_beside_enqueued_burst",
+    "drain_groups",
+    "drain_limited",
+    "rate",
+    "targets",
+    "wake",
+]
 
 PAYLOAD = b"x" * 16
 FREE_GROUP = "free"
@@ -196,6 +204,55 @@ def claim_beside_blocked(
     return figs
 
 
+def claim_beside_enqueued_burst(
+    db: Database, blocked: int, groups: int, samples: int, label: str
+) -> list[Figure]:
+    """FG, F3's parking at enqueue: the groups are full first (one job each claimed
+    and held), then ``blocked`` rows are enqueued into them through
+    ``enqueue_many``, which parks them -- none enters the claim's range, so neither
+    claims' parking nor a VACUUM is needed; claim 1 + ack right after, alternated
+    with the same on a queue with only the due group."""
+    limits = Limits(group_concurrency=1)
+    with _store(db) as store:
+        opts = QueueOpts(visibility_timeout=3600)  # the holders never lapse
+        heavy, base = store.queue("fg-enq", opts), store.queue("fg-enq-base")
+        heavy.set_limits(limits)
+        base.set_limits(limits)
+        for g in range(groups):
+            heavy.enqueue(PAYLOAD, EnqueueOpts(group=f"g{g}"))
+        if len(heavy.claim_batch("holder", groups)) != groups:
+            raise RuntimeError(f"{label}: not every group is held")
+        free = samples * 2 + 100
+        for q in (heavy, base):
+            q.enqueue_many([PAYLOAD] * free, EnqueueOpts(group=FREE_GROUP))
+        vacuum(db, "alkstore.jobs")
+        per_group = blocked // groups
+        bar = Bar(f"{label} burst", per_group * groups)
+        for g in range(groups):
+            for start in range(0, per_group, 5_000):
+                chunk = min(5_000, per_group - start)
+                heavy.enqueue_many([PAYLOAD] * chunk, EnqueueOpts(group=f"g{g}"))
+            bar.set((g + 1) * per_group)
+        bar.close()
+        with db.connect() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM alkstore.jobs WHERE queue = 'fg-enq' AND parked"
+                " AND grp <> %(f)s",
+                {"f": FREE_GROUP},
+            ).fetchone()
+        parked = int(row[0]) if row else 0
+        heavy_s, base_s = [], []
+        for _ in range(samples):
+            heavy_s.append(_sample(heavy))
+            base_s.append(_sample(base))
+    when = "enqueued into full groups"
+    shape = f"claim 1, {per_group * groups:,} blocked in {groups} full groups, {when}"
+    baseline = f"claim 1, no blocked rows (baseline), {when}"
+    figs = [_figure(shape, heavy_s), _figure(baseline, base_s)]
+    figs[0].extra["parked_at_enqueue"] = float(parked)
+    return figs
+
+
 def rate(db: Database, per_second: int, seconds: int, label: str) -> Figure:
     """FR: a Worker against a queue with ``rate=Rate(per_second, 1)`` for ``seconds``."""
     queue = "fr"
@@ -296,7 +353,7 @@ def targets(figs: Figures) -> list[Target]:
     if fq is not None:
         d1 = _pooled(figs, "FQ", "alkstore-d1")
         out.append(Target("FQ concurrency=50 vs D1", ">= 0.7 x D1", _ratio(fq, d1), 0.7, True))
-    for when in ("after parking", "after VACUUM"):
+    for when in ("after parking", "after VACUUM", "enqueued into full groups"):
         heavy = next(
             (
                 f

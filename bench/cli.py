@@ -494,6 +494,14 @@ def _plan(
             ),
         )
         add(
+            "FG claim beside a burst enqueued into full groups",
+            fresh(
+                lambda lb: _flow.claim_beside_enqueued_burst(
+                    db, s.fg_blocked, s.fg_groups, s.fg_samples, lb
+                )
+            ),
+        )
+        add(
             "FG drain group_concurrency=1",
             fresh(lambda lb: _flow.drain_groups(db, s.fg_drain, s.fg_drain_groups, s.procs, lb)),
         )

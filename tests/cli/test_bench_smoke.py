@@ -188,17 +188,20 @@ def test_f_bench_flow_cases_run_and_report_their_targets(
     assert cli.main(argv) == 0
     doc = json.loads(out.read_text())
     cases = [f["case"] for f in doc["figures"]]
-    assert cases.count("FQ") == 2 and cases.count("FG") == 7
+    assert cases.count("FQ") == 2 and cases.count("FG") == 9
     assert cases.count("FR") == 1 and cases.count("FW") == 1
     measured = {t["name"]: t["value"] for t in doc["targets"] if t["value"] is not None}
     for name in (
         "FQ concurrency=50 vs D1",
         "FG claim p50 beside blocked groups, after parking",
         "FG claim p50 beside blocked groups, after VACUUM",
+        "FG claim p50 beside blocked groups, enqueued into full groups",
         "FG drain group_concurrency=1 vs D1",
         "FR achieved / configured rate",
         "FW slot-freed wake p99",
     ):
         assert measured[name] > 0, name
+    [burst] = (f for f in doc["figures"] if "blocked in" in f["shape"] and "enqueued" in f["shape"])
+    assert burst["extra"]["parked_at_enqueue"] == 20000  # F3: the burst never entered the range
     [fr] = (f for f in doc["figures"] if f["case"] == "FR")
     assert 0 < fr["extra"]["achieved_per_s"] <= 1.05 * fr["extra"]["configured_per_s"]
