@@ -30,6 +30,7 @@ from sqlalchemy.pool import NullPool
 from alkstore_sa import EnqueueOpts, QueueOpts, Store
 
 from .._pg import Server
+from ._proxy import Proxy
 
 WORKER_MAIN = Path(__file__).resolve().parent / "_worker_main.py"
 ROOT = Path(__file__).resolve().parents[2]
@@ -313,3 +314,15 @@ def restart_embedded(server: Server, down_for: float) -> None:
     # so the session's cleanup stops the new postmaster.
     handle.ensure_postgres_running()
     assert handle.get_postmaster_info().socket_dir == before
+
+
+@pytest.fixture
+def proxy(request: pytest.FixtureRequest, pg_server: Server) -> Iterator[Proxy]:
+    """A fault-injecting proxy in front of the test server (``_proxy.py``); its random
+    faults are seeded by the test module's ``PROXY_SEED``, so a run can be repeated."""
+    seed = getattr(request.module, "PROXY_SEED", 0)
+    p = Proxy(pg_server.host, pg_server.port, seed=seed).start()
+    try:
+        yield p
+    finally:
+        p.close()

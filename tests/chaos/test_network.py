@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -22,23 +21,14 @@ from sqlalchemy import URL, create_engine, text
 
 from alkstore_sa import QueueOpts, Store
 
-from .._pg import Server
 from ._proxy import Cut, Proxy
 from .conftest import ENQUEUED, Chaos, report
 
 pytestmark = pytest.mark.chaos
+PROXY_SEED = 18  # the proxy fixture's (conftest.py)
 
 CLAIM_SQL = "exhausted_moved"  # a CTE name only the claim statement has
 ACK_SQL = "DELETE FROM alkstore.jobs"  # the ack (a session handler's, in its transaction)
-
-
-@pytest.fixture
-def proxy(pg_server: Server) -> Iterator[Proxy]:
-    p = Proxy(pg_server.host, pg_server.port, seed=18).start()
-    try:
-        yield p
-    finally:
-        p.close()
 
 
 def _text(url: URL) -> str:

@@ -41,7 +41,6 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,11 +50,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from alkstore_sa import AsyncStore, Job, QueueOpts, Store
 
-from .._pg import Server
 from ._proxy import Proxy
 from .conftest import Chaos, Proc, report
 
 pytestmark = pytest.mark.chaos
+PROXY_SEED = 27  # the proxy fixture's (conftest.py)
 
 QUEUE = "r3kill"
 GROUPS = ("sync", "async", "sync-deaf", "async-deaf")
@@ -119,15 +118,6 @@ class Waited:
     job_id: int
     at: float  # time.time() when the wait returned
     outcome: Job | BaseException | None
-
-
-@pytest.fixture
-def proxy(pg_server: Server) -> Iterator[Proxy]:
-    p = Proxy(pg_server.host, pg_server.port, seed=27).start()
-    try:
-        yield p
-    finally:
-        p.close()
 
 
 class AsyncSide:
