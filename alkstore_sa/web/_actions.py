@@ -1,4 +1,4 @@
-"""The dashboard's actions (W1, W3): pause, resume, requeue, purge, cancel.
+"""The dashboard's actions (W1, W3, F1): pause, resume, limits, requeue, purge, cancel.
 
 Each is a POST of a plain form, checked by ``_http.action`` (read-only,
 cross-site, bad input), and runs public queue methods only, in the
@@ -18,6 +18,7 @@ from starlette.requests import Request
 from .._calls.core import MAX_REQUEUE
 from .._db import dashboard as reads
 from .._db.address import StoreAddress
+from .._values.limits import Limits, Rate
 from ._http import Refused, action, group_of, int_param, queue_name
 from ._pages import DEFAULT_BULK
 from ._render import DashboardBase
@@ -39,6 +40,14 @@ class Actions(DashboardBase):
         name = queue_name(request)
         changed = await self.runner.act(name, lambda q, s: q.resume(session=s))
         return f"resumed {name}" if changed else f"{name} was not paused"
+
+    @action
+    async def set_limits(self, request: Request, form: FormData) -> str:
+        """F1: replace the queue's limits with the form's (every field empty: none)."""
+        name = queue_name(request)
+        wanted = _limits_of(form)
+        await self.runner.act(name, lambda q, s: q.set_limits(wanted, session=s))
+        return f"limits of {name} removed" if wanted is None else f"limits of {name} set"
 
     @action
     async def requeue(self, request: Request, form: FormData) -> str:
@@ -123,3 +132,36 @@ def _then(value: Any, fn: Callable[[Any], Any]) -> Any:
 
         return chain()
     return fn(value)
+
+
+_MAX_LIMIT = 2_147_483_647  # the settings row's integer columns
+
+
+def _limits_of(form: FormData) -> Limits | None:
+    """The limits form's fields as ``Limits`` (None when all are empty): a count left
+    empty is no limit, a rate needs its count and its seconds.  Refused (400) on
+    bad input; ``Limits`` and ``Rate`` check the rest (their errors are 400s)."""
+
+    def whole(key: str) -> int | None:
+        raw = str(form.get(key) or "").strip()
+        return None if not raw else int_param(raw, key, _MAX_LIMIT)
+
+    def rate(prefix: str) -> Rate | None:
+        count, per = whole(f"{prefix}rate_count"), str(form.get(f"{prefix}rate_per") or "").strip()
+        if count is None and not per:
+            return None
+        if count is None or not per:
+            raise Refused(400, f"{prefix}rate needs a count and seconds, or neither")
+        try:
+            seconds = float(per)
+        except ValueError:
+            raise Refused(400, f"{prefix}rate_per must be seconds, got {per[:40]!r}") from None
+        return Rate(count, seconds)
+
+    found = Limits(
+        concurrency=whole("concurrency"),
+        group_concurrency=whole("group_concurrency"),
+        rate=rate(""),
+        group_rate=rate("group_"),
+    )
+    return None if found.empty else found

@@ -85,6 +85,7 @@ class _Dashboard(Pages, Actions):
             Route("/queues/{queue:path}/dead", self.dead, name="dead"),
             Route("/queues/{queue:path}/pause", self.pause, methods=["POST"]),
             Route("/queues/{queue:path}/resume", self.resume, methods=["POST"]),
+            Route("/queues/{queue:path}/limits", self.set_limits, methods=["POST"]),
             Route("/queues/{queue:path}/requeue", self.requeue, methods=["POST"]),
             Route("/queues/{queue:path}/purge", self.purge, methods=["POST"]),
             Route("/queues/{queue:path}", self.queue, name="queue"),

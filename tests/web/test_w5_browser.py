@@ -104,6 +104,24 @@ def test_w1_w5_pause_and_resume_from_the_page(site: tuple[str, Store]) -> None:
         assert page.evaluate("window.__same_page") is True  # no reload
 
 
+def test_f1_w5_limits_are_set_from_the_page(site: tuple[str, Store]) -> None:
+    from alkstore_sa import Limits, Rate
+
+    url, store = site
+    q = store.queue("limiting")
+    q.enqueue(b"x")
+    with browser_page() as page:
+        page.goto(url + "/queues/limiting")
+        page.click("details.limits-form summary")
+        form = "form[data-action='limits']"
+        page.fill(f"{form} input[name='concurrency']", "4")
+        page.fill(f"{form} input[name='rate_count']", "10")
+        page.fill(f"{form} input[name='rate_per']", "1.5")
+        page.click(f"{form} button")
+        page.wait_for_selector("[data-limits]:has-text('concurrency 4')", timeout=2000)
+        assert q.limits() == Limits(concurrency=4, rate=Rate(10, per=1.5))
+
+
 def test_w5_requeued_job_leaves_the_dead_list_within_2s_without_reload(
     site: tuple[str, Store],
 ) -> None:
