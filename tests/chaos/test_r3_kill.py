@@ -50,6 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from alkstore_sa import AsyncStore, Job, QueueOpts, Store
 
+from .._workers import wait_for
 from ._proxy import Proxy
 from .conftest import Chaos, Proc, report
 
@@ -142,17 +143,6 @@ def _listeners(watch: Connection) -> set[int]:
     return set(watch.execute(text(WAIT_LISTENERS)).scalars())
 
 
-def _until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not seen within {timeout}s")
-        time.sleep(0.02)
-
-
 def _stuck(chaos: Chaos, procs: list[Proc]) -> str:
     """What a stall looks like: the live rows, and the end of each worker's log."""
     with chaos.engine.connect() as conn:
@@ -231,13 +221,13 @@ def test_r3_chaos_sigkill_in_kept_acks_waiters_return_by_the_poll(
         # those connections open and silent for the rest of the test.
         sync_waiters("sync-deaf", proxy.url(chaos.url))
         async_waiters("async-deaf", proxy.url(chaos.url))
-        deaf = _until(lambda: s if len(s := _listeners(watch)) == 2 else None, 30, "deaf LISTENs")
+        deaf = wait_for(lambda: s if len(s := _listeners(watch)) == 2 else None, 30, every=0.02)
         time.sleep(0.2)  # LISTEN's reply is back at the client
         holed = proxy.blackhole(lambda c: c.saw("LISTEN"))
         assert len(holed) == 2, [c.statements for c in holed]
         sync_waiters("sync", chaos.url)
         async_waiters("async", chaos.url)
-        _until(lambda: len(_listeners(watch) - deaf) == 2, 30, "the other LISTENs")
+        wait_for(lambda: len(_listeners(watch) - deaf) == 2, 30, every=0.02)
 
         procs = [chaos.spawn(QUEUE, **WORKER_CFG, **{"async": i % 2 == 1}) for i in range(WORKERS)]
         rng = random.Random(27)
