@@ -59,11 +59,19 @@ class Executor:
         self._completer = completer
 
     def start(self, qs: QueueState, job: Job) -> None:
-        """Hold a claimed job: start its handler in a free slot, else queue it in ``ready``."""
+        """Hold a claimed job: start its handler in a free slot, else queue it in ``ready``.
+
+        A job whose claim came back after a stop waits in ``ready`` too: the
+        shutdown gives it back unstarted (Q27: nothing new runs after a stop).
+        """
         slot = Slot(job)
         qs.held[slot.key] = slot
         self._heartbeats.track(slot)  # a job waiting in ready keeps its claim too
-        if qs.busy < self._run.settings.concurrency and not qs.ready:
+        if (
+            qs.busy < self._run.settings.concurrency
+            and not qs.ready
+            and not self._run.stopping.is_set()
+        ):
             self._launch(qs, slot)
         else:
             qs.ready.append(slot)

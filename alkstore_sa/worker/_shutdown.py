@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Collection
 
 from ._completer import Completer, Settler
 from ._executor import consume_outcome
@@ -32,10 +33,25 @@ ABORT_TIMEOUT = 5.0  # the same when run() itself is cancelled: the canceller is
 RELEASED = Outcome("released")
 
 
-async def drain(run: RunState, completer: Completer, limit: float = RELEASE_TIMEOUT) -> None:
-    """The grace, the releases, the last acks: everything after a stop."""
+async def drain(
+    run: RunState,
+    completer: Completer,
+    producers: Collection[asyncio.Task[None]] = (),
+    limit: float = RELEASE_TIMEOUT,
+) -> None:
+    """The grace, the releases, the last acks: everything after a stop.
+
+    The producers end first: a claim in flight when the stop came still
+    returns jobs, and they must be held (unstarted) before the releases run,
+    or they would be left to lapse.  That wait is bounded too (half the
+    limit): a claim that does not return by then is abandoned with its
+    producer, and its jobs lapse.
+    """
     loop = run.loop
     deadline = loop.time() + run.settings.shutdown_timeout
+    claiming = [task for task in producers if not task.done()]
+    if claiming:
+        await asyncio.wait(claiming, timeout=limit / 2)
     await _release_unstarted(run, completer, limit)
     while not run.abandoning.is_set():
         left = deadline - loop.time()
@@ -59,7 +75,9 @@ async def drain(run: RunState, completer: Completer, limit: float = RELEASE_TIME
         )
 
 
-async def abort(run: RunState, completer: Completer) -> None:
+async def abort(
+    run: RunState, completer: Completer, producers: Collection[asyncio.Task[None]] = ()
+) -> None:
     """Shut down with no grace, bounded by ``ABORT_TIMEOUT`` (run() is being cancelled)."""
     run.stopping.set()
     run.abandoning.set()
@@ -67,7 +85,7 @@ async def abort(run: RunState, completer: Completer) -> None:
         qs.signal.set()
     # A task of its own: a repeated cancel of run() cannot interrupt the
     # releases half way; it only stops waiting for them.
-    task = run.loop.create_task(drain(run, completer, ABORT_TIMEOUT))
+    task = run.loop.create_task(drain(run, completer, producers, ABORT_TIMEOUT))
     try:
         await asyncio.wait({task}, timeout=ABORT_TIMEOUT)
     except asyncio.CancelledError:

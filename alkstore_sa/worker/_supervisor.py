@@ -173,7 +173,7 @@ class Supervisor:
             crashed = await self._watch(run, [*producers, *background, *listeners])
             await asyncio.gather(*producers, return_exceptions=True)
             await _cancel(listeners)
-            await _shutdown.drain(run, completer)
+            await _shutdown.drain(run, completer, producers)
             await throughput.flush()  # the last second's outcomes (W2)
             if registry is not None:
                 await registry.remove()  # V1: a graceful stop leaves no row behind
@@ -181,7 +181,7 @@ class Supervisor:
             # run() itself was cancelled (or interrupted): no grace, but the
             # held jobs still go back at once rather than when their leases
             # lapse, and no handler task outlives run().
-            await _shutdown.abort(run, completer)
+            await _shutdown.abort(run, completer, producers)
             raise
         finally:
             await _cancel(producers + listeners)
