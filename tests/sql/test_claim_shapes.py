@@ -18,6 +18,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
+import psycopg.sql
 import pytest
 from sqlalchemy import Engine
 
@@ -256,7 +258,7 @@ def _explain(engine: Engine, stmt: Any, queue: str, n: int = 10) -> dict[str, An
         tx = conn.begin()
         try:
             plan = conn.exec_driver_sql(
-                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text.sql, params
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text.texts(params)[0], params
             ).scalar_one()
         finally:
             tx.rollback()
@@ -379,3 +381,68 @@ def test_q12_the_lapse_index_is_scanned_once_per_claim(
         if n.get("Index Name") == "jobs_lapse_ix" and n.get("Actual Loops", 0) > 0
     ]
     assert len(scans) == 1, scans
+
+
+# -- issue 30: the prepared claim is planned once ------------------------------------------
+
+
+def _explain_generic(engine: Engine, stmt: Any, queue: str, n: int = 10) -> dict[str, Any]:
+    """``_explain`` of the claim's generic plan: prepared, ``force_generic_plan``."""
+    text = rendered(stmt, engine.dialect, "alkstore")
+    assert text is not None and text.raw is not None
+    bound = text.params({"p_queue": queue, "p_worker_id": "w", "p_n": n})
+    raw = text.texts(bound)[1]
+    assert raw is not None and "__[POSTCOMPILE" not in raw
+    values = text.positional(bound)
+    with engine.connect() as conn:
+        tx = conn.begin()
+        try:
+            conn.exec_driver_sql("SET LOCAL plan_cache_mode = force_generic_plan")
+            conn.exec_driver_sql(f"PREPARE generic_claim AS {raw}")
+            # EXPLAIN EXECUTE takes no bound parameters: its arguments are quoted here.
+            driver = conn.connection.driver_connection
+            args = ", ".join(psycopg.sql.Literal(v).as_string(driver) for v in values)
+            plan = conn.exec_driver_sql(
+                f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE generic_claim({args})"
+            ).scalar_one()
+        finally:
+            tx.rollback()
+    assert isinstance(plan, list) and isinstance(plan[0], dict)
+    return plan[0]
+
+
+@pytest.mark.parametrize("form", ["chosen", "walk"])
+def test_q9_the_claims_generic_plan_reads_as_little_as_its_custom_plan(
+    store: Store, engine: Engine, form: str
+) -> None:
+    # The statuses and the batch size are in the claim's text, so a plan made
+    # without its parameters' values still uses the partial indexes.
+    stmt = _statements(engine)[form]
+    q = store.queue("flat")
+    q.enqueue_many([b"d"] * 50)
+    _future_rows(engine, "flat", 30_000)
+    custom = _explain(engine, stmt, "flat")
+    generic = _explain_generic(engine, stmt, "flat")
+    assert generic["Plan"]["Actual Rows"] == custom["Plan"]["Actual Rows"] == 10
+    assert _blocks(generic) - _blocks(custom) < 75, (_blocks(custom), generic["Plan"])
+
+
+def test_q8_a_store_claim_settles_on_a_generic_plan(database_url: Any) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)  # one connection
+    try:
+        q = Store(engine).queue("generic")
+        q.enqueue_many([b"x"] * 12)
+        for _ in range(12):  # psycopg prepares at the 5th run, PostgreSQL decides after 5 more
+            assert len(q.claim_batch("w", 1)) == 1
+        with engine.connect() as conn:
+            plans = conn.execute(
+                text(
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement LIKE '%UPDATE alkstore.jobs SET status=%'"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    assert len(plans) == 1 and plans[0].generic_plans > 0, plans

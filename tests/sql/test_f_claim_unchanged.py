@@ -5,7 +5,10 @@ columns it carries along.
 The hashes are of the four claim statements as rendered at 262bc07 (before
 revision 0012).  Today's text, with the three places the new column rides
 along removed (RETURNING, the exhausted rows' copy into dead_jobs), must
-match them byte for byte: no new predicate, join, CTE or lock.  How the
+match them byte for byte: no new predicate, join, CTE or lock.  Every bound slot
+is read as ``?`` on both sides: since issue 30 the job statuses and the batch
+size are ``literal_execute`` slots (``__[POSTCOMPILE_x]``, rendered into the
+text) where they were ``%(x)s`` parameters, the same statement otherwise.  How the
 claim knows a queue has limits costs it nothing: the queue's settings row
 is the pause row it always read (``_db/flow.py``).
 """
@@ -13,6 +16,7 @@ is the pause row it always read (``_db/flow.py``).
 from __future__ import annotations
 
 import hashlib
+import re
 
 import pytest
 import sqlalchemy
@@ -21,10 +25,10 @@ from sqlalchemy.dialects import postgresql
 from alkstore_sa._db.sql import claim
 
 BEFORE = {
-    "claim": "3ca014e04b67998bbb90ab35079dc4b51ea57a2fee550544def1a1a204496e08",
-    "claim_walk": "e1bf96323428568f536c69f386c87ba570da398a807b99c9a2aa7c6005534aa6",
-    "claim_bounded": "5822ad305f261430c00e4fcbd19d2044f1230e54381ccbe9018f3a48a8fa5b38",
-    "claim_walk_bounded": "f0a2608e6e20797a17daaed8f8a9c0571fd5f593ba21bdc9117cb83607b8b8c5",
+    "claim": "09fb7fee3da4a11e90642201d5219ecde9e442cfccf34299c8c597523e5a91a5",
+    "claim_walk": "d342556c3ec76873085ef91e30109af5fbda39c13d7ea6ca9432ee50d9480cc7",
+    "claim_bounded": "d5eae963bed37ed1e6426f850e132248e7b821819ffd131601d497e452f9bf3b",
+    "claim_walk_bounded": "23ddaa681d0cfbf9766d159eb9bf947ca9379050cfbd794484cbd751c03c0f91",
 }
 
 
@@ -51,4 +55,5 @@ def test_f1_the_unlimited_claim_is_the_statement_it_was(name: str) -> None:
         .replace(", exhausted_moved.workflow_id AS workflow_id", "")
         .replace(", keep_completed, grp, workflow_id,", ", keep_completed,")
     )
-    assert hashlib.sha256(without_group.encode()).hexdigest() == BEFORE[name]
+    slots = re.sub(r"%\((\w+)\)s(::\w+)?|__\[POSTCOMPILE_\w+\]", "?", without_group)
+    assert hashlib.sha256(slots.encode()).hexdigest() == BEFORE[name]

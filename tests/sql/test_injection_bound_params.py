@@ -40,6 +40,12 @@ from alkstore_sa import (
 from .._sqlspy import SqlSpy, sync_engine_of
 from .._workers import KINDS, handler, start_worker, wait_for
 
+
+def _statuses_out(statement: str) -> str:
+    """``statement`` less its ``status = 'pending'`` / ``'processing'`` literals."""
+    return re.sub(r"(status(?: = | != |=))'(pending|processing)'", r"\1", statement)
+
+
 QUEUE = "q_marker_7f3"
 WORKER = "w_marker_9c1"
 PAYLOAD = b"payload_marker_5e2"
@@ -172,8 +178,9 @@ def test_shape_every_statement_binds_its_values_and_pastes_none(qs: Any, spy: Sq
     for statement, _params in sent:
         for marker in TEXT_MARKERS + NUMBER_MARKERS:
             assert marker not in statement, f"{marker!r} pasted into SQL: {statement}"
-        # Not even constants are pasted: 'processing', 'dead', 'expired' ... are parameters.
-        assert "'" not in statement, f"a string literal in SQL text: {statement}"
+        # No constant is pasted either ('dead', 'expired', ... are parameters), but
+        # the two job statuses the partial indexes name (issue 30: generic plans).
+        assert "'" not in _statuses_out(statement), f"a string literal in SQL text: {statement}"
 
     travelled = {v for _s, params in sent for v in _flatten(params)}
     for value in (
@@ -314,4 +321,4 @@ def test_q26_worker_binds_values_and_listens_on_a_quoted_hostile_channel(
     for statement, _params in spy.statements:
         for marker in TEXT_MARKERS + NUMBER_MARKERS:
             assert marker not in statement, f"{marker!r} pasted into SQL: {statement}"
-        assert "'" not in statement, f"a string literal in SQL text: {statement}"
+        assert "'" not in _statuses_out(statement), f"a string literal in SQL text: {statement}"

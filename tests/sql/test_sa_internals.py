@@ -81,9 +81,9 @@ class PathSpy:
                 self.driver_sql.append(sql)
             return exec_driver_sql(conn, sql, *args, **kwargs)
 
-        def spy_cursor(conn: Connection, dbapi: Any, sql: str, params: Any) -> Any:
-            self.cursor.append(sql)
-            return on_cursor(conn, dbapi, sql, params)
+        def spy_cursor(conn: Connection, dbapi: Any, text: Any, *args: Any) -> Any:
+            self.cursor.append(text)
+            return on_cursor(conn, dbapi, text, *args)
 
         monkeypatch.setattr(Connection, "execute", spy_execute)
         monkeypatch.setattr(Connection, "exec_driver_sql", spy_driver_sql)

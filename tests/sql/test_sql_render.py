@@ -109,9 +109,12 @@ def test_shape_rendered_text_is_what_execute_sends(engine: Engine, name: str, sc
     with engine.connect() as conn:
         text = rendered(stmt, conn.dialect, schema)
         assert text is not None
-        given = {k: v for k, v in PARAMS.items() if f"%({k})" in text.sql}
+        given = {k: v for k, v in PARAMS.items() if f"%({k})" in text.sql or k in text.inlined}
+        bound = text.params(given)
         via_execute = _sent(conn, lambda: conn.execute(stmt, given, execution_options=options))
-        via_text = _sent(conn, lambda: conn.exec_driver_sql(text.sql, text.params(given)))
+        sql = text.texts(bound)[0]
+        sent = {k: v for k, v in bound.items() if k not in text.inlined}
+        via_text = _sent(conn, lambda: conn.exec_driver_sql(sql, sent))
         conn.rollback()
     sql, params = via_text
     # Arrays, and only arrays, are sent in binary format.
@@ -143,14 +146,16 @@ def test_shape_raw_form_is_the_same_statement_with_numbered_slots(
         if text.raw is None:  # a binary slot (arrays): the named form, as before
             assert re.search(r"%\(\w+\)b", text.sql)
             return
-        given = {k: v for k, v in PARAMS.items() if f"%({k})" in text.sql}
+        given = {k: v for k, v in PARAMS.items() if f"%({k})" in text.sql or k in text.inlined}
         bound = text.params(given)
+        sql, raw = text.texts(bound)
         converted = _queries.PostgresQuery(Transformer(conn.connection.driver_connection))
-        converted.convert(text.sql, bound)
-        raw, order = text.raw
-        assert raw.encode() == converted.query
+        converted.convert(sql, bound)
+        order = text.raw[1]
+        assert raw is not None and raw.encode() == converted.query
         assert text.positional(bound) == [bound[k] for k in order]
-        assert set(order) == set(bound)
+        assert set(order) == set(bound) - set(text.inlined)
+        assert "__[POSTCOMPILE" not in raw
 
 
 def test_shape_the_claim_runs_on_a_raw_cursor_on_an_autocommit_store(store: Any) -> None:

@@ -11,6 +11,13 @@ bound parameters (values are never pasted into the text).  The schema is
 rendered into the text exactly as ``schema_translate_map`` would render it
 at execution time.
 
+Two kinds of value are part of the text, never a caller's: the job
+statuses (``'pending'``, ``'processing'``), which the partial indexes'
+predicates name, and a claim's batch size (an ``int``, SQLAlchemy's
+``literal_execute``: one text per size, filled in at execution).  With both
+in the text PostgreSQL can plan a prepared claim once (a generic plan that
+uses the partial indexes) instead of on every run.
+
 A statement this cannot render faithfully (a positional paramstyle,
 escaped bind names, parameters expanded at execution, bind processors it
 cannot reach -- ``_sa_internals.bind_processors``) is marked so and run
@@ -23,10 +30,10 @@ import re
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import ARRAY, Executable
+from sqlalchemy import ARRAY, Executable, Integer
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -53,6 +60,30 @@ class Rendered:
     # the conversion cost ~120 us of client CPU per claim.  A raw cursor
     # sends this text as it is.
     raw: tuple[str, tuple[str, ...]] | None = None
+    # Integer parameters rendered into the text at execution (``literal_execute``:
+    # the claim's batch size), and the texts made so far, per value.
+    inlined: tuple[str, ...] = ()
+    _texts: dict[tuple[int, ...], tuple[str, str | None]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def texts(self, bound: dict[str, Any]) -> tuple[str, str | None]:
+        """``sql`` and ``raw``'s text with ``bound``'s values of the inlined parameters."""
+        if not self.inlined:
+            return self.sql, self.raw[0] if self.raw is not None else None
+        values = tuple(_integer(name, bound.get(name)) for name in self.inlined)
+        try:
+            return self._texts[values]
+        except KeyError:
+            pass
+        sql, raw = self.sql, self.raw[0] if self.raw is not None else None
+        for name, value in zip(self.inlined, values, strict=True):
+            marker = f"__[POSTCOMPILE_{name}]"
+            sql = sql.replace(marker, str(value))
+            raw = raw.replace(marker, str(value)) if raw is not None else None
+        if len(self._texts) < _TEXTS_KEPT:
+            self._texts[values] = (sql, raw)
+        return sql, raw
 
     def params(self, given: dict[str, Any]) -> dict[str, Any]:
         params = {**self.constants, **given}
@@ -65,6 +96,17 @@ class Rendered:
         """``bound`` (from ``params``) in ``raw``'s placeholder order."""
         assert self.raw is not None
         return [bound[name] for name in self.raw[1]]
+
+
+# Texts kept per statement, one per batch size used (a worker uses a handful).
+_TEXTS_KEPT = 256
+
+
+def _integer(name: str, value: Any) -> int:
+    # The one check between a value and the SQL text: an int, and nothing else.
+    if type(value) is not int:
+        raise TypeError(f"{name} must be an int to be rendered into SQL, not {value!r}")
+    return value
 
 
 _SLOT = re.compile(r"%\((\w+)\)([sb])|%%")
@@ -123,17 +165,33 @@ def _render(stmt: Executable, dialect: Dialect, schema: str) -> Rendered | None:
         not isinstance(compiled, SQLCompiler)
         or compiled.positional
         or compiled.escaped_bind_names
-        or compiled.literal_execute_params
         or compiled.post_compile_params
         or any(bp.callable is not None for bp in compiled.binds.values())
+        or any(
+            bp.required and not isinstance(bp.type, Integer)
+            for bp in compiled.literal_execute_params
+        )
     ):
         return None
     names = compiled.bind_names
-    constants = {names[bp]: bp.value for bp in compiled.binds.values() if not bp.required}
     processors = bind_processors(compiled)
     if processors is None:
         return None
     sql = compiled.string
+    # literal_execute: a constant (a job status) is rendered now, as SQLAlchemy
+    # renders it at execution; a claim's batch size at each execution.
+    inlined = []
+    for bp in compiled.literal_execute_params:
+        if bp.required:
+            inlined.append(names[bp])
+        else:
+            literal = compiled.render_literal_value(bp.value, bp.type)
+            sql = sql.replace(f"__[POSTCOMPILE_{names[bp]}]", literal)
+    constants = {
+        names[bp]: bp.value
+        for bp in compiled.binds.values()
+        if not bp.required and bp not in compiled.literal_execute_params
+    }
     if dialect.driver == "psycopg":
         # Arrays go in psycopg's binary format (%(name)b): a bytea[] of
         # payloads as the bytes they are and a bigint[] of ids as fixed-width
@@ -146,5 +204,5 @@ def _render(stmt: Executable, dialect: Dialect, schema: str) -> Rendered | None:
             if sql.count(slot) != 1:
                 return None
             sql = sql.replace(slot, f"%({name})b")
-        return Rendered(sql, constants, processors, _raw(sql))
-    return Rendered(sql, constants, processors)
+        return Rendered(sql, constants, processors, _raw(sql), tuple(sorted(set(inlined))))
+    return Rendered(sql, constants, processors, None, tuple(sorted(set(inlined))))

@@ -86,7 +86,7 @@ from sqlalchemy import (
 )
 
 from ...schema import jobs
-from ._common import LIVE, NOW, id_among, this_queue
+from ._common import LIVE, NOW, PENDING, PROCESSING, batch_param, id_among, this_queue
 from .due import SKIP_SCAN_SINCE, due_from_walk, due_scan
 from .lapsed import LAPSED_EXHAUSTED_ERROR, bury_exhausted_of, lapsed_rows, reclaimable_of
 
@@ -108,11 +108,9 @@ def _claim(due: Select[Any], sized: bool = False) -> Update:
     both = union_all(due, select(reclaimable_of(lapsed, sized))).subquery("both")
     order = (both.c.priority.desc(), both.c.run_at, both.c.id)
     if sized:
-        picked = within_bytes(both, order, bindparam("p_n", type_=Integer))
+        picked = within_bytes(both, order, batch_param())
     else:
-        picked = (
-            select(both.c.id).order_by(*order).limit(bindparam("p_n", type_=Integer)).cte("picked")
-        )
+        picked = select(both.c.id).order_by(*order).limit(batch_param()).cte("picked")
     return claim_picked(picked, lapsed)
 
 
@@ -123,7 +121,7 @@ def claim_picked(picked: CTE, lapsed: CTE) -> Update:
         update(jobs)
         .where(id_among(select(picked.c.id)))
         .values(
-            status="processing",
+            status=PROCESSING,
             attempts=jobs.c.attempts + 1,
             worker_id=bindparam("p_worker_id", type_=Text),
             claim_deadline=NOW + jobs.c.visibility_timeout,
@@ -210,7 +208,7 @@ def park() -> Update:
         select(jobs.c.id)
         .where(
             this_queue(),
-            jobs.c.status == "pending",
+            jobs.c.status == PENDING,
             ~jobs.c.parked,
             jobs.c.expires_at.is_not(None),
             jobs.c.expires_at <= NOW,

@@ -28,6 +28,8 @@ from sqlalchemy import (
 from ...schema import dead_jobs, jobs, throughput
 from ._common import (
     NOW,
+    PENDING,
+    PROCESSING,
     below_param,
     dead_row_columns,
     limit_param,
@@ -216,7 +218,7 @@ def _pending_page(when: ColumnElement[bool]) -> Select[Any]:
         select(*live_row_columns())
         .where(
             jobs.c.queue == queue_param(),
-            jobs.c.status == "pending",
+            jobs.c.status == PENDING,
             when,
             unexpired(),
             jobs.c.id < below_param(),
@@ -249,7 +251,7 @@ def in_flight_summary() -> Select[Any]:
             func.min(jobs.c.claim_deadline).label("first_deadline"),
             func.max(jobs.c.claim_deadline).label("last_deadline"),
         )
-        .where(jobs.c.status == "processing")
+        .where(jobs.c.status == PROCESSING)
         .group_by(jobs.c.worker_id, jobs.c.queue)
         .order_by(jobs.c.worker_id, jobs.c.queue)
         .limit(limit_param())
@@ -268,7 +270,7 @@ def in_flight() -> Select[Any]:
             jobs.c.max_attempts,
             jobs.c.claim_deadline,
         )
-        .where(jobs.c.status == "processing")
+        .where(jobs.c.status == PROCESSING)
         .order_by(jobs.c.claim_deadline, jobs.c.id)
         .limit(limit_param())
     )

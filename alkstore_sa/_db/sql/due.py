@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 
 from ...schema import jobs
-from ._common import NOW, id_among, not_paused, this_queue, unexpired
+from ._common import NOW, PENDING, batch_param, id_among, not_paused, this_queue, unexpired
 
 __all__ = ["SKIP_SCAN_SINCE", "candidate_keys", "due_from_walk", "due_scan", "due_walk"]
 
@@ -91,7 +91,7 @@ def due_walk() -> CTE:
         select(head.c.priority, head.c.claim_at, head.c.id)
         .where(
             head.c.queue == bindparam("p_queue", type_=Text),
-            head.c.status == "pending",
+            head.c.status == PENDING,
             head.c.priority < prev.c.p,
         )
         .order_by(head.c.priority.desc(), head.c.claim_at, head.c.id)
@@ -102,14 +102,14 @@ def due_walk() -> CTE:
         select(jobs.c.id)
         .where(
             this_queue(),
-            jobs.c.status == "pending",
+            jobs.c.status == PENDING,
             jobs.c.priority == level.c.priority,
             tuple_(jobs.c.claim_at, jobs.c.id) >= tuple_(level.c.claim_at, level.c.id),
             jobs.c.claim_at <= NOW,
             unexpired(),
         )
         .order_by(jobs.c.claim_at, jobs.c.id)
-        .limit(bindparam("p_n", type_=Integer) - prev.c.found)
+        .limit(batch_param() - prev.c.found)
         .with_for_update(skip_locked=True)
         .correlate(prev, level)
         .scalar_subquery()
@@ -124,7 +124,7 @@ def due_walk() -> CTE:
             prev.c.found + func.cardinality(got.c.ids),
         )
         .select_from(prev.join(level, true()).join(got, true()))
-        .where(prev.c.found < bindparam("p_n", type_=Integer))
+        .where(prev.c.found < batch_param())
     )
     return walk.union_all(step)
 
@@ -146,12 +146,12 @@ def due_scan(sized: bool = False) -> Select[Any]:
         .where(
             this_queue(),
             unexpired(),
-            jobs.c.status == "pending",
+            jobs.c.status == PENDING,
             jobs.c.claim_at <= NOW,
             not_paused(),
         )
         .order_by(jobs.c.priority.desc(), jobs.c.claim_at, jobs.c.id)
-        .limit(bindparam("p_n", type_=Integer))
+        .limit(batch_param())
         .with_for_update(skip_locked=True)
         .cte("due")
     )

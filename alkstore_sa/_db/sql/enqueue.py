@@ -39,7 +39,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ...schema import jobs
-from ._common import NOW, wake_once_if_any
+from ._common import NOW, PENDING, wake_once_if_any
 from .flow_slots import parked_at_enqueue
 
 
@@ -337,7 +337,7 @@ def _insert_keyed_and_wake(
                 "run_at": new.run_at,
                 "grp": new.grp,
             },
-            where=jobs.c.status == "pending",
+            where=jobs.c.status == PENDING,
         )
     else:
         upsert = insert_rows.on_conflict_do_nothing(index_elements=elements, index_where=keyed_only)

@@ -31,6 +31,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ...schema import flow_rates, jobs, paused_queues
 from ._common import (
+    PENDING,
     id_among,
     job_ids_param,
     queue_param,
@@ -74,7 +75,7 @@ def _unpark_groups() -> Any:
     rows stay parked (S3)."""
     held = select(jobs.c.id).where(
         this_queue(),
-        jobs.c.status == "pending",
+        jobs.c.status == PENDING,
         jobs.c.parked,
         jobs.c.grp.is_not(None),
         unexpired(),
@@ -105,7 +106,7 @@ def set_limits() -> Select[Any]:
     )
     held = select(jobs.c.id).where(
         this_queue(),
-        jobs.c.status == "pending",
+        jobs.c.status == PENDING,
         jobs.c.parked,
         jobs.c.grp.is_not(None),
         unexpired(),
@@ -185,7 +186,7 @@ def has_limits() -> Select[Any]:
 
 
 def _held_in(table: Any) -> tuple[Any, ...]:
-    return (table.c.queue == queue_param(), table.c.status == "pending", table.c.parked)
+    return (table.c.queue == queue_param(), table.c.status == PENDING, table.c.parked)
 
 
 @cache

@@ -46,7 +46,7 @@ from sqlalchemy import (
 )
 
 from ...schema import jobs
-from ._common import NOW, id_among, this_queue, unexpired
+from ._common import NOW, PENDING, batch_param, id_among, this_queue, unexpired
 from .claim import claim_picked, within_bytes
 from .due import candidate_keys
 from .flow_rate import group_rate_used, log_claims, queue_rate_room
@@ -70,7 +70,7 @@ def claim_limited(bounded: bool = False) -> Update:
     limits let through; a statement of its own, as there."""
     conc = bindparam("p_concurrency", type_=Integer)
     gconc = bindparam("p_group_concurrency", type_=Integer)
-    n = bindparam("p_n", type_=Integer)
+    n = batch_param()
     live = select(jobs.c.grp).where(*live_claim(jobs)).cte("live").prefix_with("MATERIALIZED")
     busy = (
         select(live.c.grp, func.count().label("used"))
@@ -84,7 +84,7 @@ def claim_limited(bounded: bool = False) -> Update:
         .where(
             this_queue(),
             unexpired(),
-            jobs.c.status == "pending",
+            jobs.c.status == PENDING,
             jobs.c.claim_at <= NOW,
             jobs.c.grp.is_(None) | gconc.is_(None) | jobs.c.grp.not_in(blocked),
         )
@@ -150,7 +150,7 @@ def claim_limited(bounded: bool = False) -> Update:
         select(jobs.c.id)
         .where(
             this_queue(),
-            jobs.c.status == "pending",
+            jobs.c.status == PENDING,
             ~jobs.c.parked,
             jobs.c.grp.in_(select(full.c.grp)),
             jobs.c.id.not_in(select(picked.c.id)),

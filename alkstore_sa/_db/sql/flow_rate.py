@@ -33,7 +33,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from ...schema import flow_rates, jobs
-from ._common import NOW, queue_param, this_queue
+from ._common import NOW, PENDING, queue_param, this_queue
 
 __all__ = ["group_rate_used", "log_claims", "next_allowed", "queue_rate_room"]
 
@@ -181,7 +181,7 @@ def _group_wait(began: Any) -> Any:
         select(jobs.c.id).where(
             this_queue(),
             jobs.c.grp == full.c.grp,
-            jobs.c.status == "pending",
+            jobs.c.status == PENDING,
             ~jobs.c.parked,
             jobs.c.claim_at <= NOW,
         )

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import Integer, Select, and_, bindparam, false, func, literal, select
 
 from ...schema import jobs, paused_queues
-from ._common import NOW, notify_once, queue_param
+from ._common import NOW, PENDING, PROCESSING, notify_once, queue_param
 
 __all__ = [
     "group_busy",
@@ -44,7 +44,7 @@ def live_claim(table: Any) -> tuple[Any, ...]:
     """A row of ``:queue`` claimed and not lapsed: what a limit counts (F2, F3)."""
     return (
         table.c.queue == queue_param(),
-        table.c.status == "processing",
+        table.c.status == PROCESSING,
         table.c.claim_deadline > NOW,
     )
 
@@ -89,7 +89,7 @@ def group_ready(grp: Any, gconc: Any, *correlated: Any) -> Any:
             select(ready_rows.c.id)
             .where(
                 ready_rows.c.queue == queue_param(),
-                ready_rows.c.status == "pending",
+                ready_rows.c.status == PENDING,
                 ~ready_rows.c.parked,
                 ready_rows.c.grp == grp,
             )

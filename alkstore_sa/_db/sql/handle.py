@@ -33,6 +33,8 @@ from ...schema import completed_jobs, dead_jobs, jobs
 from ._common import (
     MAX_ATTEMPTS_ERROR,
     NOW,
+    PENDING,
+    PROCESSING,
     claim_is_held,
     error_or,
     extend_claim,
@@ -117,7 +119,7 @@ def retry() -> Select[tuple[int, str]]:
         update(jobs)
         .where(claim_is_held(), jobs.c.attempts < jobs.c.max_attempts)
         .values(
-            status="pending",
+            status=PENDING,
             run_at=NOW + bindparam("p_delay", type_=Interval),
             worker_id=None,
             claim_deadline=None,
@@ -153,7 +155,7 @@ def snooze() -> ReturningUpdate[tuple[int]]:
         update(jobs)
         .where(claim_is_held())
         .values(
-            status="pending",
+            status=PENDING,
             run_at=NOW + bindparam("p_delay", type_=Interval),
             attempts=jobs.c.attempts - 1,
             worker_id=None,
@@ -183,7 +185,7 @@ def bury_undecodable() -> Select[tuple[int]]:
     held = and_(
         jobs.c.id == bindparam("p_job_id", type_=jobs.c.id.type),
         jobs.c.worker_id == bindparam("p_worker_id", type_=Text),
-        jobs.c.status == "processing",
+        jobs.c.status == PROCESSING,
     )
     buried = move_to_dead(held, bindparam("p_error", type_=Text), "buried")
     return select(buried.c.id)
@@ -202,7 +204,7 @@ def _claims_held() -> ColumnElement[bool]:
     mine = select(pairs.c.job_id).where(
         pairs.c.job_id == jobs.c.id, pairs.c.attempts == jobs.c.attempts
     )
-    return and_(mine.exists(), jobs.c.status == "processing", jobs.c.claim_deadline > NOW)
+    return and_(mine.exists(), jobs.c.status == PROCESSING, jobs.c.claim_deadline > NOW)
 
 
 def _lock_held_in_id_order(*, key_share: bool) -> ColumnElement[bool]:
@@ -273,7 +275,7 @@ def release() -> Select[tuple[int, str]]:
     released = (
         update(jobs)
         .where(claim_is_held(), jobs.c.attempts < jobs.c.max_attempts)
-        .values(status="pending", run_at=NOW, worker_id=None, claim_deadline=None)
+        .values(status=PENDING, run_at=NOW, worker_id=None, claim_deadline=None)
         .returning(jobs.c.id)
         .cte("released")
     )

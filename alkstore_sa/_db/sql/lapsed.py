@@ -8,12 +8,15 @@ exhausted ones (``bury_exhausted_of``) and the reclaim of the others
 
 from __future__ import annotations
 
-from sqlalchemy import CTE, ColumnElement, Integer, Select, Text, bindparam, literal, select
+from sqlalchemy import CTE, ColumnElement, Select, Text, literal, select
 
 from ...schema import jobs
 from ._common import (
     MAX_ATTEMPTS_ERROR,
     NOW,
+    PENDING,
+    PROCESSING,
+    batch_param,
     id_among,
     lapsed,
     move_to_dead,
@@ -44,7 +47,7 @@ def bury_lapsed_exhausted(name: str = "exhausted") -> CTE:
         select(jobs.c.id)
         .where(
             this_queue(),
-            jobs.c.status == "processing",
+            jobs.c.status == PROCESSING,
             *lapsed(),
             jobs.c.attempts >= jobs.c.max_attempts,
         )
@@ -74,7 +77,7 @@ def lapsed_rows(paused_check: bool = True) -> CTE:
         )
         .where(
             this_queue(),
-            jobs.c.status == "processing",
+            jobs.c.status == PROCESSING,
             *lapsed(),
             *((not_paused(),) if paused_check else ()),
         )
@@ -93,7 +96,7 @@ def still_lapsed() -> tuple[ColumnElement[bool], ...]:
     planner prefers when its statistics say the index is nearly empty,
     and which is what this design avoids).
     """
-    return (jobs.c.status != "pending", jobs.c.claim_deadline <= NOW)
+    return (jobs.c.status != PENDING, jobs.c.claim_deadline <= NOW)
 
 
 def bury_exhausted_of(lapsed_rows: CTE) -> CTE:
@@ -131,7 +134,7 @@ def reclaimable_of(lapsed_rows: CTE, sized: bool = False, grouped: bool = False)
             unexpired(),
         )
         .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
-        .limit(bindparam("p_n", type_=Integer))
+        .limit(batch_param())
         .with_for_update(skip_locked=True)
         .cte("lapsed")
     )

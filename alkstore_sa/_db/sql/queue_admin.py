@@ -43,6 +43,8 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from ...schema import completed_jobs, dead_jobs, jobs, paused_queues
 from ._common import (
     NOW,
+    PENDING,
+    PROCESSING,
     below_param,
     completed_row_columns,
     dead_row_columns,
@@ -92,8 +94,8 @@ def list_jobs() -> Select[Any]:
         )
 
     rows = union_all(
-        branch(jobs, live_row_columns(), jobs.c.status == "pending", wanted("pending")),
-        branch(jobs, live_row_columns(), jobs.c.status == "processing", wanted("processing")),
+        branch(jobs, live_row_columns(), jobs.c.status == PENDING, wanted("pending")),
+        branch(jobs, live_row_columns(), jobs.c.status == PROCESSING, wanted("processing")),
         branch(dead_jobs, dead_row_columns(), wanted("dead")),
         branch(completed_jobs, completed_row_columns(), wanted("completed")),
     ).subquery("listed")

@@ -33,6 +33,7 @@ from sqlalchemy.sql.dml import ReturningDelete
 from ...schema import completed_jobs, dead_jobs, jobs, metadata, workflow_steps, workflows
 from ._common import (
     NOW,
+    PROCESSING,
     completed_row_columns,
     dead_row_columns,
     job_ids_param,
@@ -68,7 +69,7 @@ def _held_by_this_queue() -> tuple[ColumnElement[bool], ...]:
     return (
         jobs.c.id == any_(job_ids_param()),
         jobs.c.queue == queue_param(),
-        jobs.c.status == "processing",
+        jobs.c.status == PROCESSING,
         jobs.c.claim_deadline > NOW,
     )
 

@@ -31,7 +31,7 @@ from sqlalchemy import (
 )
 
 from ...schema import completed_jobs, dead_jobs, jobs, paused_queues, throughput
-from ._common import NOW, queue_param, unexpired
+from ._common import NOW, PENDING, PROCESSING, queue_param, unexpired
 
 __all__ = ["STATS_COLUMNS", "last_hour", "queue_names", "stats", "stats_all", "stats_listed"]
 
@@ -78,7 +78,7 @@ def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[An
             func.count().filter(past_expiry).label("past_expiry"),
             func.min(jobs.c.run_at).filter(due).label("oldest"),
         )
-        .where(jobs.c.queue == queue, jobs.c.status == "pending")
+        .where(jobs.c.queue == queue, jobs.c.status == PENDING)
         .lateral("waiting")
     )
     held = (
@@ -87,7 +87,7 @@ def _stats_parts(queue: ColumnElement[str]) -> tuple[Join, list[ColumnElement[An
             func.count().filter(jobs.c.claim_deadline <= NOW).label("lapsed"),
             func.count().filter(past_expiry).label("past_expiry"),
         )
-        .where(jobs.c.queue == queue, jobs.c.status == "processing")
+        .where(jobs.c.queue == queue, jobs.c.status == PROCESSING)
         .lateral("held")
     )
     dead = select(func.count().label("dead")).where(dead_jobs.c.queue == queue).lateral("dead")
@@ -156,8 +156,8 @@ def _all_queue_names(recent: bool = False) -> Select[tuple[str]]:
     (V2: the dashboard lists a queue its workers just emptied).
     """
     sources = [
-        _distinct_queues(jobs, jobs.c.status == "pending", name="waiting_queues"),
-        _distinct_queues(jobs, jobs.c.status == "processing", name="held_queues"),
+        _distinct_queues(jobs, jobs.c.status == PENDING, name="waiting_queues"),
+        _distinct_queues(jobs, jobs.c.status == PROCESSING, name="held_queues"),
         _distinct_queues(dead_jobs, name="dead_queues"),
     ]
     found = [select(s.c.queue).where(s.c.queue.is_not(None)) for s in sources]

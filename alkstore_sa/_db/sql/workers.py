@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.dml import ReturningDelete
 
 from ...schema import jobs, workers
-from ._common import NOW
+from ._common import NOW, PROCESSING
 
 __all__ = ["PRUNE_AFTER", "REFRESH_INTERVAL", "STALE_AFTER", "listing", "register", "remove"]
 
@@ -91,7 +91,7 @@ def listing() -> Select[Any]:
             jobs.c.worker_id,
             func.array_agg(aggregate_order_by(jobs.c.id, jobs.c.id)).label("ids"),
         )
-        .where(jobs.c.status == "processing")
+        .where(jobs.c.status == PROCESSING)
         .group_by(jobs.c.worker_id)
         .subquery("held")
     )
