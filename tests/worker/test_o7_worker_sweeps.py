@@ -37,10 +37,15 @@ def test_o7_worker_sweeps_expired_and_old_dead_rows_with_the_handles_options(
     def never(job: Any) -> None:
         ran.set()
 
+    # The worker's first claim parks expired rows (S3) while its first sweep
+    # runs, and the sweep skips a row a claim holds (SKIP LOCKED): such a row
+    # is swept by the next sweep, so the interval is short here.
     running = start_worker(
         kind,
         database_url,
-        lambda s: worker_class(kind)({s.queue("o7", RETAIN): handler(kind, never)}),
+        lambda s: worker_class(kind)(
+            {s.queue("o7", RETAIN): handler(kind, never)}, sweep_interval=0.2
+        ),
     )
     try:
         wait_for(lambda: dead_row(engine, old_dead) is None and q.get_job(expired).status == "dead")
