@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 from .limits import Limits
 
@@ -116,7 +116,14 @@ def _check_loaded(job: Job) -> None:
         value = getattr(job, name)
         if value is None and name in ("expires_at", "claim_deadline"):
             continue
-        if not isinstance(value, datetime) or not _EARLIEST <= value <= _LATEST:
+        # Years 2-9998 are in range whatever the zone (an offset is under a
+        # day): only the edge years are compared, as comparing times of two
+        # zones (the bounds' UTC, psycopg's ZoneInfo) costs a utcoffset() each.
+        if not (
+            isinstance(value, datetime)
+            and value.tzinfo is not None
+            and (1 < value.year < 9999 or _EARLIEST <= value <= _LATEST)
+        ):
             raise ValueError(f"{name} {value!r} is outside {_EARLIEST.year}-{_LATEST.year}")
     if job.status not in JOB_STATUSES:
         raise ValueError(f"status {job.status!r} is not one of {JOB_STATUSES}")
@@ -275,17 +282,21 @@ class Job:
         )
 
 
-# A frozen dataclass's __init__ sets each field through object.__setattr__:
-# the slots' own setters (in field order) cost a third, for every claimed job.
-_SLOT_SETTERS = tuple(Job.__dict__[f.name].__set__ for f in dataclasses.fields(Job))
+def _assembler() -> Callable[..., Job]:
+    """``_assemble(*values)``: ``Job(*values)`` (every field, in order) without the frozen
+    ``__init__``'s cost, which sets each field through ``object.__setattr__``.
+
+    Written out as dataclasses writes ``__init__``: one call of each slot's own
+    setter, unrolled (a loop over them cost 0.9 us more per claimed job)."""
+    fields = [f.name for f in dataclasses.fields(Job)]
+    scope: dict[str, Any] = {"_new": object.__new__, "Job": Job}
+    scope.update({f"_set_{name}": Job.__dict__[name].__set__ for name in fields})
+    body = "".join(f"    _set_{name}(job, {name})\n" for name in fields)
+    exec(f"def _assemble({', '.join(fields)}):\n    job = _new(Job)\n{body}    return job\n", scope)
+    return cast("Callable[..., Job]", scope["_assemble"])
 
 
-def _assemble(*values: Any) -> Job:
-    """``Job(*values)`` (every field, in order) without the frozen ``__init__``'s cost."""
-    job: Job = object.__new__(Job)
-    for set_field, value in zip(_SLOT_SETTERS, values, strict=True):
-        set_field(job, value)
-    return job
+_assemble = _assembler()
 
 
 def _seconds(value: Any) -> float:

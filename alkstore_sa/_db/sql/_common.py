@@ -48,10 +48,8 @@ DEAD_COPY_COLUMNS = [c.name for c in dead_jobs.c if c.name not in _SET_ON_DEATH]
 # The live table's columns a caller reads, in LIVE_COLUMNS order: jobs.* less
 # the internal deadline_floor (heartbeats without index churn).
 LIVE = [jobs.c[name] for name in LIVE_COLUMNS]
-# The job statuses a statement compares with or sets, rendered into its text
-# (``literal_execute``; library constants, never a caller's value): the partial
-# indexes' predicates name them (``WHERE status = 'pending'``), and a generic
-# plan can use those indexes only when it sees the status, not a parameter.
+# The job statuses, rendered into the text (``literal_execute``): a generic plan
+# uses the partial indexes (``WHERE status = 'pending'``) only if it sees them.
 PENDING: ColumnElement[str] = literal("pending", type_=Text, literal_execute=True)
 PROCESSING: ColumnElement[str] = literal("processing", type_=Text, literal_execute=True)
 # The largest bigint: "before no id" when ``:before`` is NULL (bound, not pasted).
@@ -80,16 +78,9 @@ def not_paused() -> ColumnElement[bool]:
 
 
 def batch_param() -> ColumnElement[int]:
-    """``:n``, how many jobs a claim takes at most: rendered into the text as an
-    integer (``literal_execute``), one text per batch size.
-
-    With the job statuses also in the text (``_render.py``), PostgreSQL can
-    give a prepared claim one generic plan and stop planning it on every run
-    (~0.4 ms of server CPU per claim).  A ``LIMIT`` it cannot see is costed
-    at a tenth of the queue, and that plan never looks cheaper than a custom
-    one.  The value is an ``int`` the claim has validated; the renderer
-    refuses anything else.
-    """
+    """``:n``, how many jobs a claim takes at most, rendered into the text (an ``int``,
+    ``literal_execute``): a generic plan costs a ``LIMIT`` it cannot see at a
+    tenth of the queue, and would never be chosen (``_render.py``)."""
     return bindparam("p_n", type_=Integer, literal_execute=True)
 
 
