@@ -148,3 +148,80 @@ def _on_cursor(
     finally:
         cursor.close()
     return rows
+
+
+def fetch_in_one_go(
+    conn: Connection,
+    address: StoreAddress,
+    calls: Sequence[tuple[Executable, dict[str, Any]]],
+    *,
+    generic_plans: bool = False,
+) -> list[list[Row]] | None:
+    """``calls`` as one transaction sent in one round trip -- ``BEGIN``, each
+    statement, ``COMMIT`` through psycopg's pipeline -- and each one's rows.
+
+    Each statement still runs on its own snapshot, after the ones before it
+    (READ COMMITTED): a lock taken by the first is held, and seen, by the
+    next, but no client round trip is spent while it is held.  ``None`` when
+    this connection cannot (not the sync psycopg driver in autocommit on
+    the cursor path, a statement not renderable): the caller then runs them
+    its usual way.  A failure leaves no transaction open: it is rolled back,
+    or the connection is dropped from the pool.
+
+    ``generic_plans``: PostgreSQL runs the prepared statements on their
+    generic plans, planned once per connection (``SET LOCAL``: for this
+    transaction only).  For statements whose custom plans it would make on
+    every run although the generic one is as good -- the limited claim, whose
+    planning (~1 ms) was most of the time its queue's lock was held.
+    """
+    if conn.dialect.driver != "psycopg" or not fast_path(conn):
+        return None
+    dbapi: Any = conn.connection.dbapi_connection
+    if (
+        not isinstance(dbapi, psycopg.Connection)
+        or not dbapi.autocommit
+        or getattr(dbapi, "cursor_factory", None) is not psycopg.Cursor
+        or not unobserved(conn)
+        or not psycopg.Pipeline.is_supported()
+    ):
+        return None
+    sent: list[tuple[str, list[Any], dict[str, Any]]] = []
+    for stmt, params in calls:
+        text = rendered(stmt, conn.dialect, address.schema)
+        if text is None or text.raw is None:
+            return None
+        bound = text.params(params)
+        raw = text.texts(bound)[1]
+        assert raw is not None
+        sent.append((raw, text.positional(bound), bound))
+    cursors: list[psycopg.RawCursor[Any]] = []
+    try:
+        with dbapi.pipeline():
+            dbapi.execute("BEGIN", prepare=False)
+            if generic_plans:
+                dbapi.execute("SET LOCAL plan_cache_mode = force_generic_plan", prepare=False)
+            for raw, values, _bound in sent:
+                cursor = psycopg.RawCursor(dbapi)
+                cursor.execute(raw, values)
+                cursors.append(cursor)
+            dbapi.execute("COMMIT", prepare=False)
+        return [cursor.fetchall() for cursor in cursors]
+    except BaseException as exc:
+        _end_transaction(conn, dbapi)
+        # Which statement failed is not known here: the error shows them all.
+        every = ";\n".join(raw for raw, _values, _bound in sent)
+        shown = {k: v for _raw, _values, bound in sent for k, v in bound.items()}
+        raise_dbapi_error(conn, exc, every, shown, cursors[-1] if cursors else None)
+    finally:
+        for cursor in cursors:
+            cursor.close()
+
+
+def _end_transaction(conn: Connection, dbapi: Any) -> None:
+    # A failed statement makes the server skip the rest of the pipeline, its
+    # COMMIT too: the transaction is left open, aborted.
+    try:
+        if dbapi.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            dbapi.execute("ROLLBACK", prepare=False)
+    except Exception:
+        conn.invalidate()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import Connection
 
 from .._values.limits import Limits, Rate
-from .execute import fetch
+from .execute import fetch, fetch_in_one_go
 from .sql import flow as flow_sql
 from .sql import flow_claim as flow_claim_sql
 from .sql import flow_rate as flow_rate_sql
@@ -58,6 +58,9 @@ class FlowState:
 
     limited: bool = False
     group_concurrency: int | None = None
+    # The limits the last lock read, which the next claim sends without
+    # waiting for its own lock read (None: not read yet, or none).
+    limits: Limits | None = None
     next_promote: float = 0.0
     # F4: seconds from the last claim until the queue's rate, or a held group's,
     # lets one through again, when that claim was held back by one (None: it was not).
@@ -121,16 +124,21 @@ def freed(
     """Promote parked group rows into freed slots and wake the queue's workers once:
     those of ``groups`` (``[]``: the wake alone), or of every group with parked
     rows (None)."""
+    return int(fetch(conn, address, *_freed_call(address, group_concurrency, groups))[0][0])
+
+
+def _freed_call(
+    address: QueueAddress, group_concurrency: int | None, groups: list[str] | None
+) -> tuple[Any, dict[str, Any]]:
     params: dict[str, Any] = {
         "p_queue": address.queue,
         "p_channel": address.channel,
         "p_group_concurrency": group_concurrency,
     }
-    stmt = flow_sql.freed()
-    if groups is not None:
-        params["p_groups"] = groups
-        stmt = flow_sql.freed_groups()
-    return int(fetch(conn, address, stmt, params)[0][0])
+    if groups is None:
+        return flow_sql.freed(), params
+    params["p_groups"] = groups
+    return flow_sql.freed_groups(), params
 
 
 def freeing(
@@ -172,18 +180,28 @@ def claim_rows(
     max_bytes: int | None = None,
 ) -> list[Row]:
     """The limited claim: lock the settings row, then claim within the limits,
-    in one transaction (the caller's, with ``session=``, else one of its own)."""
+    in one transaction (the caller's, with ``session=``, else one of its own).
+
+    On the store's own psycopg connection, once a lock read has told the
+    queue object its limits, the lock, the claim and the COMMIT go in one
+    round trip (``fetch_in_one_go``): the claim runs on the limits seen
+    last, guarded to claim nothing unless they are still the row's
+    (``flow_sql.limits_as_bound``), so the lock is held for three statements'
+    work and never across a round trip (FQ, docs/flow-control.md).  When the
+    lock read shows other limits, or a pause, the claim is made again the
+    two-step way."""
+    if flow.limits is not None:
+        rows = _claim_in_one_go(conn, address, worker_id, n, flow, max_bytes)
+        if rows is not None:
+            return rows
 
     def both() -> list[Row]:
         locked = fetch(conn, address, flow_sql.lock_settings(), {"p_queue": address.queue})
         if not locked:  # neither limited nor paused any more
-            flow.limited = False
-            flow.group_concurrency = None
+            _learn(flow, None)
             return _claim(conn, address, worker_id, n, Limits(), max_bytes)
         paused_at, *limit_row = locked[0]
-        found = limits_from(limit_row)
-        flow.limited = found is not None
-        flow.group_concurrency = None if found is None else found.group_concurrency
+        found = _learn(flow, limit_row)
         if paused_at is not None:  # O4, F5: a paused queue claims nothing
             return []
         if found is not None and found.group_concurrency is not None:
@@ -200,6 +218,51 @@ def claim_rows(
     return in_transaction(conn, both)
 
 
+def _learn(flow: FlowState, limit_row: Sequence[Any] | None) -> Limits | None:
+    """What a lock read of the settings row (None: no row) tells the queue object."""
+    found = None if limit_row is None else limits_from(limit_row)
+    flow.limited = found is not None
+    flow.group_concurrency = None if found is None else found.group_concurrency
+    flow.limits = found
+    return found
+
+
+def _claim_in_one_go(
+    conn: Connection,
+    address: QueueAddress,
+    worker_id: str,
+    n: int,
+    flow: FlowState,
+    max_bytes: int | None,
+) -> list[Row] | None:
+    """The lock, a due promotion, the claim on ``flow.limits`` and the COMMIT in one
+    round trip; None when the connection cannot, or the limits were not the row's."""
+    assumed = flow.limits
+    assert assumed is not None
+    calls = [(flow_sql.lock_settings(), {"p_queue": address.queue})]
+    promote = assumed.group_concurrency is not None and time.monotonic() >= flow.next_promote
+    if promote:
+        calls.append(_freed_call(address, assumed.group_concurrency, None))
+    calls.append(_claim_call(address, worker_id, n, assumed, max_bytes))
+    rated = assumed.rate is not None or assumed.group_rate is not None
+    if rated:  # F4: right behind the claim, as the two-step claim reads it
+        calls.append(_next_allowed_call(address, assumed))
+    results = fetch_in_one_go(conn, address, calls, generic_plans=True)
+    if results is None:
+        return None
+    if promote:
+        flow.next_promote = time.monotonic() + PROMOTE_EVERY
+    locked, rows = results[0], results[-2 if rated else -1]
+    paused_at, *limit_row = locked[0] if locked else (None, None)
+    found = _learn(flow, limit_row if locked else None)
+    if paused_at is not None or found != assumed:
+        # The guard kept this claim empty: a paused queue claims nothing (F5);
+        # on other limits, or none, the claim is made again on what the lock read.
+        return [] if paused_at is not None else None
+    flow.rate_wait = _rate_wait_of(results[-1]) if rated and len(rows) < n else None
+    return rows
+
+
 def _claim(
     conn: Connection,
     address: QueueAddress,
@@ -208,17 +271,21 @@ def _claim(
     limits: Limits,
     max_bytes: int | None,
 ) -> list[Row]:
+    return fetch(conn, address, *_claim_call(address, worker_id, n, limits, max_bytes))
+
+
+def _claim_call(
+    address: QueueAddress, worker_id: str, n: int, limits: Limits, max_bytes: int | None
+) -> tuple[Any, dict[str, Any]]:
     params: dict[str, Any] = {
         "p_queue": address.queue,
         "p_worker_id": worker_id,
         "p_n": n,
-        "p_hold_limit": flow_claim_sql.HOLD_LIMIT,
         **_limit_values(limits),
     }
     if max_bytes is not None:
         params["p_max_bytes"] = max_bytes
-    stmt = flow_claim_sql.claim_limited(bounded=max_bytes is not None)
-    return fetch(conn, address, stmt, params)
+    return flow_claim_sql.claim_limited(bounded=max_bytes is not None), params
 
 
 def _rate_wait(conn: Connection, address: QueueAddress, limits: Limits) -> float | None:
@@ -227,8 +294,14 @@ def _rate_wait(conn: Connection, address: QueueAddress, limits: Limits) -> float
     none is what held it back)."""
     if limits.rate is None and limits.group_rate is None:
         return None
-    params = {"p_queue": address.queue, **_limit_values(limits)}
-    rows = fetch(conn, address, flow_rate_sql.next_allowed(), params)
+    return _rate_wait_of(fetch(conn, address, *_next_allowed_call(address, limits)))
+
+
+def _next_allowed_call(address: QueueAddress, limits: Limits) -> tuple[Any, dict[str, Any]]:
+    return flow_rate_sql.next_allowed(), {"p_queue": address.queue, **_limit_values(limits)}
+
+
+def _rate_wait_of(rows: Sequence[Row]) -> float | None:
     return max(0.0, float(rows[0][0])) if rows and rows[0][0] is not None else None
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Interval,
     Select,
     Text,
+    and_,
     bindparam,
     delete,
     func,
@@ -46,6 +47,7 @@ __all__ = [
     "freed",
     "freed_groups",
     "groups_of",
+    "limits_as_bound",
     "limits_of",
     "lock_settings",
     "set_limits",
@@ -67,6 +69,20 @@ settings = paused_queues
 
 def _limit_params() -> dict[str, Any]:
     return {name: bindparam(f"p_{name}", type_=_TYPES.get(name, Integer)) for name in LIMIT_COLUMNS}
+
+
+def limits_as_bound() -> Any:
+    """``:queue`` is not paused and its limits are the bound ones (``:concurrency`` ..).
+
+    The limited claim's guard when it is sent behind its lock without waiting
+    for what the lock read (``_db/flow.py``): it runs on the limits its queue
+    object saw last, and claims nothing if they are not the row's any more."""
+    given = _limit_params()
+    same = (settings.c[name].is_not_distinct_from(p) for name, p in given.items())
+    row = select(settings.c.queue).where(this_settings())
+    # No row: neither paused nor limited, which matches no limits given.
+    absent = and_(~row.exists(), *(p.is_(None) for p in given.values()))
+    return or_(row.where(settings.c.paused_at.is_(None), *same).exists(), absent)
 
 
 def _unpark_groups() -> Any:

@@ -49,6 +49,7 @@ from ...schema import jobs
 from ._common import NOW, PENDING, batch_param, id_among, this_queue, unexpired
 from .claim import claim_picked, within_bytes
 from .due import candidate_keys
+from .flow import limits_as_bound
 from .flow_rate import group_rate_used, log_claims, queue_rate_room
 from .flow_slots import live_claim
 from .lapsed import lapsed_rows, reclaimable_of
@@ -71,6 +72,7 @@ def claim_limited(bounded: bool = False) -> Update:
     conc = bindparam("p_concurrency", type_=Integer)
     gconc = bindparam("p_group_concurrency", type_=Integer)
     n = batch_param()
+    guard = limits_as_bound()
     live = select(jobs.c.grp).where(*live_claim(jobs)).cte("live").prefix_with("MATERIALIZED")
     busy = (
         select(live.c.grp, func.count().label("used"))
@@ -87,13 +89,14 @@ def claim_limited(bounded: bool = False) -> Update:
             jobs.c.status == PENDING,
             jobs.c.claim_at <= NOW,
             jobs.c.grp.is_(None) | gconc.is_(None) | jobs.c.grp.not_in(blocked),
+            guard,
         )
         .order_by(jobs.c.priority.desc(), jobs.c.claim_at, jobs.c.id)
         .limit(n)
         .with_for_update(skip_locked=True)
         .cte("due")
     )
-    lapsed = lapsed_rows(paused_check=False)
+    lapsed = lapsed_rows(guard)
     reclaim = reclaimable_of(lapsed, sized=bounded, grouped=True)
     both = union_all(select(due), select(reclaim)).subquery("both")
     order = (both.c.priority.desc(), both.c.run_at, both.c.id)
@@ -154,8 +157,11 @@ def claim_limited(bounded: bool = False) -> Update:
             ~jobs.c.parked,
             jobs.c.grp.in_(select(full.c.grp)),
             jobs.c.id.not_in(select(picked.c.id)),
+            guard,
         )
-        .limit(bindparam("p_hold_limit", type_=Integer))
+        # In the text, like the batch size: a LIMIT a plan cannot see is costed
+        # at a tenth of the queue, which kept this claim off its generic plan.
+        .limit(literal(HOLD_LIMIT, type_=Integer, literal_execute=True))
         .with_for_update(skip_locked=True)
     )
     hold = update(jobs).where(id_among(to_hold)).values(parked=True).returning(jobs.c.id)

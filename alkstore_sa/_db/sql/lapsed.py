@@ -56,15 +56,16 @@ def bury_lapsed_exhausted(name: str = "exhausted") -> CTE:
     return move_to_dead(locked_ids, literal(LAPSED_EXHAUSTED_ERROR, type_=Text), name)
 
 
-def lapsed_rows(paused_check: bool = True) -> CTE:
+def lapsed_rows(guard: ColumnElement[bool] | None = None) -> CTE:
     """This queue's processing rows past their deadline: ONE scan of ``jobs_lapse_ix``.
 
     Unlocked and materialized (the burial and the reclaim both read it), so
     the lapse index -- and, under a long transaction, every dead entry in
     its lapsed range -- is walked once per claim, not twice.  Each consumer
     then locks its rows by primary key and re-checks them (a row another
-    claim took meanwhile no longer matches and is skipped).  ``paused_check``:
-    False for the limited claim, which read the pause under its lock (F5).
+    claim took meanwhile no longer matches and is skipped).  ``guard``: the
+    condition on the queue's settings row (default: not paused, O4; the
+    limited claim's: not paused and the limits it was given, F5).
     """
     return (
         select(
@@ -79,7 +80,7 @@ def lapsed_rows(paused_check: bool = True) -> CTE:
             this_queue(),
             jobs.c.status == PROCESSING,
             *lapsed(),
-            *((not_paused(),) if paused_check else ()),
+            not_paused() if guard is None else guard,
         )
         .cte("lapsed_rows")
         .prefix_with("MATERIALIZED")
