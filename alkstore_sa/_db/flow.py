@@ -253,11 +253,12 @@ def _claim_in_one_go(
     if promote:
         flow.next_promote = time.monotonic() + PROMOTE_EVERY
     locked, rows = results[0], results[-2 if rated else -1]
-    paused_at, *limit_row = locked[0] if locked else (None, None)
-    found = _learn(flow, limit_row if locked else None)
-    if paused_at is not None or found != assumed:
+    paused_at = locked[0][0] if locked else None
+    found = _learn(flow, locked[0][1:] if locked else None)
+    if not rows and (paused_at is not None or found != assumed):
         # The guard kept this claim empty: a paused queue claims nothing (F5);
         # on other limits, or none, the claim is made again on what the lock read.
+        # (Rows claimed are always handed out: the guard let them through.)
         return [] if paused_at is not None else None
     flow.rate_wait = _rate_wait_of(results[-1]) if rated and len(rows) < n else None
     return rows
