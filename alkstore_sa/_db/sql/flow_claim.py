@@ -6,7 +6,11 @@ lock, every live claim of the queue -- other processes' included -- and no
 other limited claim of the queue runs until this one commits.  The limits
 come in as parameters, read under that same lock (``:concurrency``,
 ``:group_concurrency``; NULL for none), with ``:n`` already cut to what the
-rates allow (``_db/flow.py``).
+rates allow (``_db/flow.py``).  Every row source is guarded by
+``flow.limits_as_bound``: when the claim is sent behind the lock without
+waiting for it (one round trip), the limits bound are the ones its queue
+object read last, and it claims, buries and parks nothing unless they are
+still the row's and the queue is not paused.
 
 Shape::
 
