@@ -22,15 +22,17 @@ from ._progress import Bar
 
 # Raw psycopg: the same design written by hand, the least any client of this
 # table layout can do per batch: one SKIP LOCKED claim (UPDATE ... RETURNING
-# the rows, as a worker needs them) and one DELETE of the batch by id.
+# the rows, as a worker needs them) and one DELETE of the batch by id.  It
+# orders by ``claim_at``, the time key of ``jobs_claim_ix`` since revision 0008
+# (ordered by ``run_at``, as before, each claim sorted every pending row).
 RAW_CLAIM = """
 UPDATE alkstore.jobs AS j
    SET status = 'processing', attempts = j.attempts + 1, worker_id = %(w)s,
        claim_deadline = statement_timestamp() + j.visibility_timeout,
        deadline_floor = statement_timestamp() + j.visibility_timeout
   FROM (SELECT id FROM alkstore.jobs
-         WHERE queue = %(q)s AND status = 'pending' AND run_at <= statement_timestamp()
-         ORDER BY priority DESC, run_at, id
+         WHERE queue = %(q)s AND status = 'pending' AND claim_at <= statement_timestamp()
+         ORDER BY priority DESC, claim_at, id
          LIMIT %(n)s
            FOR UPDATE SKIP LOCKED) AS c
  WHERE j.id = c.id

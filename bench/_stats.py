@@ -137,9 +137,12 @@ def claim_reads(db: Database, queue: str, n: int = 10) -> dict[str, float]:
             text = rendered(stmt, conn.dialect, "alkstore")
             assert text is not None
             params = text.params({"p_queue": queue, "p_worker_id": "explain", "p_n": n})
+            # The batch size is in the claim's text (literal_execute), not a parameter.
+            sql = text.texts(params)[0]
+            params = {k: v for k, v in params.items() if k not in text.inlined}
             tx = conn.begin()
             try:
-                explain = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + text.sql
+                explain = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql
                 plan = conn.exec_driver_sql(explain, params).scalar_one()[0]
             finally:
                 tx.rollback()
