@@ -77,6 +77,9 @@ def test_chaos_postgres_restart_mid_drain_workers_reconnect_and_finish(
     drained = time.monotonic() - up
     # The same processes survived the outage: they reconnected, nobody restarted them.
     assert all(p.popen.poll() is None for p in procs)
+    # The listener comes back on its own backoff, which a fast drain can
+    # outrun: wait for it (still asserted below) before stopping the workers.
+    chaos.wait_until(lambda: all("listener reconnected" in p.log_text() for p in procs), timeout=30)
     chaos.stop_all()
     out = chaos.tally(queue, ids)
     report(
