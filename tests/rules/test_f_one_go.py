@@ -45,6 +45,16 @@ def other(engine: Engine) -> Iterator[Store]:
         yield store
 
 
+def _limited_and_read(store: Store, concurrency: int) -> Any:
+    """A queue of 30 jobs with ``concurrency`` set, whose object has read its limits
+    (one job claimed the two-step way): its next claim goes in one round trip."""
+    q = store.queue("onego")
+    q.set_limits(Limits(concurrency=concurrency))
+    q.enqueue_many([b"x"] * 30)
+    assert len(q.claim_batch("w", 1)) == 1
+    return q
+
+
 def test_f2_after_the_first_read_a_limited_claim_is_one_round_trip(
     store: Store, one_go: list[int]
 ) -> None:
@@ -60,10 +70,7 @@ def test_f2_after_the_first_read_a_limited_claim_is_one_round_trip(
 def test_f2_a_limit_lowered_by_another_store_binds_the_very_next_claim(
     store: Store, other: Store, one_go: list[int]
 ) -> None:
-    q = store.queue("onego")
-    q.set_limits(Limits(concurrency=10))
-    q.enqueue_many([b"x"] * 30)
-    assert len(q.claim_batch("w", 1)) == 1
+    q = _limited_and_read(store, 10)
     other.queue("onego").set_limits(Limits(concurrency=2))
     # The queue object still believes 10: its one-go claim is guarded empty and
     # made again on the row's limit -- one slot left, not nine.
@@ -75,10 +82,7 @@ def test_f2_a_limit_lowered_by_another_store_binds_the_very_next_claim(
 def test_f5_a_pause_set_by_another_store_stops_the_very_next_claim(
     store: Store, other: Store, one_go: list[int]
 ) -> None:
-    q = store.queue("onego")
-    q.set_limits(Limits(concurrency=10))
-    q.enqueue_many([b"x"] * 30)
-    assert len(q.claim_batch("w", 1)) == 1
+    q = _limited_and_read(store, 10)
     other.queue("onego").pause()
     assert q.claim_batch("w", 10) == []
     assert one_go == [2]
@@ -88,10 +92,7 @@ def test_f5_a_pause_set_by_another_store_stops_the_very_next_claim(
 def test_f1_limits_removed_by_another_store_give_a_full_claim(
     store: Store, other: Store, one_go: list[int]
 ) -> None:
-    q = store.queue("onego")
-    q.set_limits(Limits(concurrency=2))
-    q.enqueue_many([b"x"] * 30)
-    assert len(q.claim_batch("w", 1)) == 1
+    q = _limited_and_read(store, 2)
     other.queue("onego").set_limits(None)
     assert len(q.claim_batch("w", 10)) == 10
     assert one_go == [2]
@@ -113,10 +114,7 @@ def test_f2_a_failure_inside_the_round_trip_leaves_no_transaction_open(
     )
     try:
         with Store(engine) as store:
-            q = store.queue("onego")
-            q.set_limits(Limits(concurrency=10))
-            q.enqueue_many([b"x"] * 30)
-            assert len(q.claim_batch("w", 1)) == 1
+            q = _limited_and_read(store, 10)
             assert len(q.claim_batch("w", 1)) == 1
             assert one_go == [2]
             with other.engine.begin() as holder:  # another claim's lock, held
