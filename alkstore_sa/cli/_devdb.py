@@ -13,7 +13,7 @@ import argparse
 import signal
 import subprocess
 import sys
-import threading
+import time
 from pathlib import Path
 from types import FrameType
 
@@ -29,10 +29,10 @@ def cmd_dev_db(args: argparse.Namespace, schema: str) -> int:
     datadir = Path(args.data).expanduser().resolve()
     if datadir.exists() and not datadir.is_dir():
         raise CliError(f"--data {args.data!r} is not a directory", code=2)
-    stop = threading.Event()
+    signalled: list[int] = []  # not an Event: see _metrics._wait_for_signal
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        signalled.append(signum)
 
     # SIGTERM too (a process manager, `kill`): the server is stopped either way.
     previous = signal.signal(signal.SIGTERM, on_signal)
@@ -53,8 +53,8 @@ def cmd_dev_db(args: argparse.Namespace, schema: str) -> int:
             print(f"export ALKSTORE_DATABASE_URL='{text}'")
             print("Ctrl-C stops it (the data stays).", flush=True)
             try:
-                while not stop.wait(0.5):
-                    pass
+                while not signalled:
+                    time.sleep(0.2)
             except KeyboardInterrupt:
                 pass
         finally:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import signal
-import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from types import FrameType, ModuleType
@@ -88,15 +88,17 @@ def announce(what: str, url: str) -> None:
 
 def _wait_for_signal() -> None:
     """Block until SIGTERM or SIGINT (then return, for a clean exit 0)."""
-    stop = threading.Event()
+    # A list, not an Event: the handler runs on this thread between any two
+    # bytecodes, maybe inside Event.wait() holding the lock Event.set() takes.
+    signalled: list[int] = []
 
     def handler(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        signalled.append(signum)
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        while not stop.wait(1.0):
-            pass
+        while not signalled:
+            time.sleep(0.2)
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)

@@ -76,7 +76,9 @@ class ProcessSupervisor:
             raise ValueError(f"processes must be at most {MAX_PROCESSES}, got {processes}")
         self._metrics = metrics
         self._ctx = multiprocessing.get_context("spawn")
-        self._lock = threading.Lock()
+        # Reentrant: SIGTERM's handler calls stop() on the main thread, between
+        # any two of its bytecodes -- also while run() holds this lock.
+        self._lock = threading.RLock()
         self._slots = [_Slot(i) for i in range(self.processes)]
         self._stops = 0  # stop() calls so far (any thread, a signal handler)
         self._sent = 0  # the stop level the children were told

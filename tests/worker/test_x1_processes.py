@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import URL, Engine
 
 from alkstore_sa import Store
+from alkstore_sa.worker._processes import ProcessSupervisor
 
 from .._workers import wait_for
 from ..cli.test_cli import alkstore, one_line_error
+from . import _x1_app
 from ._x1 import Supervised, cli, make_table, runs, script
 
 pytestmark = pytest.mark.chaos
@@ -136,6 +139,24 @@ def test_x1_a_child_whose_worker_has_its_own_process_pool_stops_on_sigterm(
     rows = runs(table, "SELECT job_id, pid FROM x1_runs WHERE job_id = ANY(:ids)", ids=ids)
     assert sorted(r[0] for r in rows) == sorted(ids)
     assert not {r[1] for r in rows} & set(children)  # run in the pools, not the children
+
+
+def test_x1_a_signal_while_the_supervisor_holds_its_lock_still_stops_it() -> None:
+    """SIGTERM's handler runs ``stop()`` on the main thread between any two bytecodes,
+    also while ``run()`` holds the supervisor's lock (a child's health report, the
+    loop's stop check): it must not wait for that lock.  Once in CI a plain lock
+    there hung the supervisor for good on SIGTERM."""
+    sup = ProcessSupervisor(_x1_app.make_worker, 2)
+    returned = threading.Event()
+
+    def handler_inside_the_lock() -> None:
+        with sup._lock:  # where run() is when the signal lands
+            sup.stop()
+        returned.set()
+
+    threading.Thread(target=handler_inside_the_lock, daemon=True).start()
+    assert returned.wait(5)
+    assert not sup.health().running and sup._stopping()
 
 
 def test_x1_kill_9_of_a_child_restarts_it_and_its_jobs_run_once_more(
