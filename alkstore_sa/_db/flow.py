@@ -284,9 +284,14 @@ def _claim_call(
         "p_n": n,
         **_limit_values(limits),
     }
-    if max_bytes is not None:
+    bounded = max_bytes is not None
+    if bounded:
         params["p_max_bytes"] = max_bytes
-    return flow_claim_sql.claim_limited(bounded=max_bytes is not None), params
+    if limits.concurrency is not None and (
+        limits.group_concurrency is None and limits.rate is None and limits.group_rate is None
+    ):
+        return flow_claim_sql.claim_concurrency(bounded), params  # the usual case, shorter
+    return flow_claim_sql.claim_limited(bounded), params
 
 
 def _rate_wait(conn: Connection, address: QueueAddress, limits: Limits) -> float | None:

@@ -95,6 +95,7 @@ __all__ = [
     "SKIP_SCAN_SINCE",
     "claim",
     "claim_bounded",
+    "claim_of",
     "claim_picked",
     "claim_walk",
     "claim_walk_bounded",
@@ -103,14 +104,23 @@ __all__ = [
 ]
 
 
-def _claim(due: Select[Any], sized: bool = False) -> Update:
-    lapsed = lapsed_rows()
+def claim_of(
+    due: Select[Any],
+    sized: bool = False,
+    guard: ColumnElement[bool] | None = None,
+    limit: ColumnElement[Any] | None = None,
+) -> Update:
+    """The claim of ``due`` and the lapsed rows: at most ``limit`` (default ``:n``) of
+    them in claim order.  ``guard``: the settings-row condition of the lapsed rows'
+    scan (default: not paused); the limited claim's (F2) passes its own."""
+    lapsed = lapsed_rows(guard)
     both = union_all(due, select(reclaimable_of(lapsed, sized))).subquery("both")
     order = (both.c.priority.desc(), both.c.run_at, both.c.id)
+    cap = batch_param() if limit is None else limit
     if sized:
-        picked = within_bytes(both, order, batch_param())
+        picked = within_bytes(both, order, cap)
     else:
-        picked = select(both.c.id).order_by(*order).limit(batch_param()).cte("picked")
+        picked = select(both.c.id).order_by(*order).limit(cap).cte("picked")
     return claim_picked(picked, lapsed)
 
 
@@ -181,13 +191,13 @@ def claim() -> Update:
     For PostgreSQL 18 and later (``_due_scan``); ``claim_walk`` is the same
     claim for earlier versions.
     """
-    return _claim(due_scan())
+    return claim_of(due_scan())
 
 
 @cache
 def claim_walk() -> Update:
     """``claim`` with the due rows found by ``_due_walk``: flat before PostgreSQL 18 too."""
-    return _claim(due_from_walk())
+    return claim_of(due_from_walk())
 
 
 @cache
@@ -227,10 +237,10 @@ def claim_bounded() -> Update:
     A statement of its own, not a clause of ``claim``: a claim without a
     bound runs exactly the statement (and plan) it always did.
     """
-    return _claim(due_scan(sized=True), sized=True)
+    return claim_of(due_scan(sized=True), sized=True)
 
 
 @cache
 def claim_walk_bounded() -> Update:
     """``claim_walk`` under a byte bound (``claim_bounded``)."""
-    return _claim(due_from_walk(sized=True), sized=True)
+    return claim_of(due_from_walk(sized=True), sized=True)

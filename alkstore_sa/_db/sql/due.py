@@ -129,7 +129,7 @@ def due_walk() -> CTE:
     return walk.union_all(step)
 
 
-def due_scan(sized: bool = False) -> Select[Any]:
+def due_scan(sized: bool = False, guard: ColumnElement[bool] | None = None) -> Select[Any]:
     """The first ``:n`` due rows in claim order, locked: one ordered scan of ``jobs_claim_ix``.
 
     For PostgreSQL 18 and later, whose B-tree skip scan makes this one scan
@@ -139,7 +139,8 @@ def due_scan(sized: bool = False) -> Select[Any]:
     so a level's not-yet-due rows are never read -- at one descent per
     level, cheaper than the explicit walk and planned with one relation
     less.  Before 18 the same scan reads every pending row that outranks
-    the due ones (``claim_walk``).
+    the due ones (``claim_walk``).  ``guard``: the condition on the queue's
+    settings row (default: not paused, O4), as ``lapsed.lapsed_rows``'s.
     """
     due = (
         select(*candidate_keys(sized))
@@ -148,7 +149,7 @@ def due_scan(sized: bool = False) -> Select[Any]:
             unexpired(),
             jobs.c.status == PENDING,
             jobs.c.claim_at <= NOW,
-            not_paused(),
+            not_paused() if guard is None else guard,
         )
         .order_by(jobs.c.priority.desc(), jobs.c.claim_at, jobs.c.id)
         .limit(batch_param())

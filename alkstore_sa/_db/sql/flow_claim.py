@@ -32,6 +32,12 @@ Shape::
               groups that are full once this claim is done, picked rows
               excepted -- so the next claims do not walk them (F3's cost)
     UPDATE jobs ... WHERE id = ANY(picked) RETURNING (the live columns)
+
+``claim_concurrency`` is the same claim for the usual case, a queue whose
+only limit is ``concurrency``: no groups to count, rank or park and no
+rate to log, so it is the unlimited claim (``claim.claim_of``) with the
+batch cut to the free slots -- half the limited claim's execution, inside
+the settings row's lock (docs/benchmarks.md, FQ).
 """
 
 from __future__ import annotations
@@ -51,14 +57,14 @@ from sqlalchemy import (
 
 from ...schema import jobs
 from ._common import NOW, PENDING, batch_param, id_among, this_queue, unexpired
-from .claim import claim_picked, within_bytes
-from .due import candidate_keys
+from .claim import claim_of, claim_picked, within_bytes
+from .due import candidate_keys, due_scan
 from .flow import limits_as_bound
 from .flow_rate import group_rate_used, log_claims, queue_rate_room
 from .flow_slots import live_claim
 from .lapsed import lapsed_rows, reclaimable_of
 
-__all__ = ["HOLD_LIMIT", "claim_limited"]
+__all__ = ["HOLD_LIMIT", "claim_concurrency", "claim_limited"]
 
 # Rows of full groups parked per claim: a few milliseconds of writes at most;
 # a bigger backlog is parked over the next claims.
@@ -170,3 +176,16 @@ def claim_limited(bounded: bool = False) -> Update:
     )
     hold = update(jobs).where(id_among(to_hold)).values(parked=True).returning(jobs.c.id)
     return claim_picked(picked, lapsed).add_cte(hold.cte("hold")).add_cte(*log_claims(picked))
+
+
+@cache
+def claim_concurrency(bounded: bool = False) -> Update:
+    """``claim_limited`` when ``:concurrency`` is the queue's only limit (F2): at most
+    ``:n`` jobs, and no more than ``:concurrency`` less the live claims."""
+    guard = limits_as_bound()
+    live = jobs.alias("live")
+    in_use = select(func.count()).where(*live_claim(live)).scalar_subquery()
+    room = func.greatest(
+        literal(0, type_=Integer), bindparam("p_concurrency", type_=Integer) - in_use
+    )
+    return claim_of(due_scan(bounded, guard), bounded, guard, func.least(batch_param(), room))
