@@ -247,7 +247,10 @@ def _claim_in_one_go(
     rated = assumed.rate is not None or assumed.group_rate is not None
     if rated:  # F4: right behind the claim, as the two-step claim reads it
         calls.append(_next_allowed_call(address, assumed))
-    results = fetch_in_one_go(conn, address, calls, generic_plans=True)
+    # The general limited claim is planned anew on every run unless told
+    # (~1 ms inside the lock); the short one settles on its generic plan itself.
+    generic = not _concurrency_only(assumed)
+    results = fetch_in_one_go(conn, address, calls, generic_plans=generic)
     if results is None:
         return None
     if promote:
@@ -287,11 +290,15 @@ def _claim_call(
     bounded = max_bytes is not None
     if bounded:
         params["p_max_bytes"] = max_bytes
-    if limits.concurrency is not None and (
-        limits.group_concurrency is None and limits.rate is None and limits.group_rate is None
-    ):
+    if _concurrency_only(limits):
         return flow_claim_sql.claim_concurrency(bounded), params  # the usual case, shorter
     return flow_claim_sql.claim_limited(bounded), params
+
+
+def _concurrency_only(limits: Limits) -> bool:
+    return limits.concurrency is not None and (
+        limits.group_concurrency is None and limits.rate is None and limits.group_rate is None
+    )
 
 
 def _rate_wait(conn: Connection, address: QueueAddress, limits: Limits) -> float | None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, text
 
 from alkstore_sa import EnqueueOpts, Limits, Rate, Store
 from alkstore_sa._db import flow
@@ -95,3 +95,27 @@ def test_f2_a_queue_limited_by_concurrency_alone_claims_with_the_short_statement
         Limits(),
     ):
         assert statement(other) is flow_claim.claim_limited(False)
+
+
+def test_f2_the_short_claim_settles_on_a_generic_plan_untold(database_url: Any) -> None:
+    """Inside the settings row's lock planning is lock time: the short claim goes in
+    one round trip without ``plan_cache_mode = force_generic_plan`` and PostgreSQL
+    still settles on its generic plan (as it does for the unlimited claim, Q8)."""
+    engine = create_engine(database_url, pool_size=1, max_overflow=0)  # one connection
+    try:
+        q = Store(engine).queue(QUEUE)
+        q.set_limits(Limits(concurrency=50))
+        q.enqueue_many([b"x"] * 14)
+        for _ in range(14):  # psycopg prepares at the 5th run, PostgreSQL decides after 5 more
+            assert len(q.claim_batch("w", 1)) == 1
+        with engine.connect() as conn:
+            plans = conn.execute(
+                text(
+                    "SELECT generic_plans, statement FROM pg_prepared_statements "
+                    "WHERE statement LIKE '%UPDATE alkstore.jobs SET status=%'"
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    assert len(plans) == 1 and plans[0].generic_plans > 0, plans
+    assert "ranked" not in plans[0].statement  # the short claim, not the general one
