@@ -104,6 +104,14 @@ def make_worker() -> Worker:
     )
 
 
+def machine_busy_seconds() -> float:
+    """The machine's busy CPU seconds so far, every core (Linux ``/proc/stat``)."""
+    with open("/proc/stat", encoding="ascii") as stat:
+        ticks = [int(v) for v in stat.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def _left(db: Database) -> int:
     with db.connect() as conn:
         row = conn.execute("SELECT count(*) FROM alkstore.jobs WHERE queue = %s", [QUEUE])
@@ -145,12 +153,12 @@ def drain(
             if time.monotonic() > deadline or not thread.is_alive():
                 raise RuntimeError(f"{label}: the worker processes did not all start")
             time.sleep(0.05)
-        t0 = time.perf_counter()
+        t0, busy0 = time.perf_counter(), machine_busy_seconds()
         q.resume()
         while (left := _left(db)) > 0:
             bar.set(jobs - left)
             time.sleep(0.005)
-        t1 = time.perf_counter()
+        t1, busy1 = time.perf_counter(), machine_busy_seconds()
     finally:
         supervisor.stop()
         thread.join(timeout=120)
@@ -158,7 +166,7 @@ def drain(
     bar.set(jobs)
     bar.close(rate=jobs / (t1 - t0))
     # The machine's load when it ended: a shared machine's other work shows here.
-    extra = {"loadavg_1m": round(os.getloadavg()[0], 2)}
+    extra = {"loadavg_1m": round(os.getloadavg()[0], 2), "machine_busy_s": busy1 - busy0}
     if cpu_ms:
         shape = f"{processes} proc x c={concurrency}, {cpu_ms:g} ms CPU each"
         if pool:

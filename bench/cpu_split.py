@@ -7,6 +7,10 @@ server; around each drain the machine's busy CPU time is read from
 client, PostgreSQL and everything else -- stands beside its rate and the
 client process's own CPU per job.  A drain that leaves the machine's
 cores partly idle is bound by a wait, not by CPU.
+
+``--processes`` adds XP's drains (``run_processes`` children, 50 in flight
+in all) by one and by two processes: whether a second process has an idle
+core to use (X1).
 """
 
 from __future__ import annotations
@@ -14,37 +18,40 @@ from __future__ import annotations
 import argparse
 import os
 
-from . import _pgq, _worker
+from . import _pgq, _processes, _worker
 from ._db import migrate, open_database, vacuum
+from ._processes import machine_busy_seconds
 
 JOBS = 20_000
-
-
-def _busy_seconds() -> float:
-    with open("/proc/stat", encoding="ascii") as stat:
-        ticks = [int(v) for v in stat.readline().split()[1:]]
-    idle = ticks[3] + ticks[4]  # idle + iowait
-    return (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.cpu_split")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--processes", action="store_true", help="also XP by 1 and 2 processes")
+    parser.add_argument("--no-pgqueuer", action="store_true", help="leave pgqueuer's drain out")
     args = parser.parse_args()
+    names = ["Worker c=50"] + ([] if args.no_pgqueuer else ["pgqueuer-asyncpg 5x10"])
+    if args.processes:
+        names += ["XP 1 process", "XP 2 processes"]
     cores = os.cpu_count() or 1
     db = open_database()
     try:
         migrate(db)
-        _pgq.install(db)
+        if not args.no_pgqueuer:
+            _pgq.install(db)
         for r in range(args.rounds):
-            for name in ("Worker c=50", "pgqueuer-asyncpg 5x10"):
+            for name in names:
                 vacuum(db, "alkstore.jobs")
-                before = _busy_seconds()
+                before = machine_busy_seconds()
                 if name.startswith("Worker"):
                     fig = _worker.d2(db, JOBS, f"{r} {name}", 50)
+                elif name.startswith("XP"):
+                    fig = _processes.drain(db, JOBS, int(name.split()[1]), f"{r} {name}")
                 else:
                     fig = _pgq.drain(db, "asyncpg", JOBS, 5, 10, f"{r} {name}")
-                busy = _busy_seconds() - before
+                # XP's children start and stop around its drain: it reads its own.
+                busy = fig.extra.get("machine_busy_s", machine_busy_seconds() - before)
                 client = fig.extra.get("cpu_us_per_job")
                 print(
                     f"{name:22} {fig.jobs / fig.seconds:7.0f} jobs/s  machine "
