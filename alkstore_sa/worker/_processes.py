@@ -279,14 +279,20 @@ class ProcessSupervisor:
             log.error("restarted worker process %d failed at start: %s", process.pid,
                       slot.failure[0])  # fmt: skip
         ran = time.monotonic() - slot.started_at
-        if ran >= BACKOFF_MAX:
-            slot.backoff = BACKOFF_FIRST
-        delay = slot.backoff
-        slot.backoff = min(BACKOFF_MAX, slot.backoff * 2)
+        delay, slot.backoff = restart_delay(slot.backoff, ran)
         slot.restart_at = time.monotonic() + delay
         slot.restarts += 1
         log.error("worker process %d %s after %.1f s; restarting it in %g s", process.pid,
                   _describe(code), ran, delay)  # fmt: skip
+
+
+def restart_delay(backoff: float, ran: float) -> tuple[float, float]:
+    """How long to wait before restarting a child that died after ``ran`` seconds, and
+    the backoff for its next death: 1 s, doubling to 30 s while it keeps dying; a child
+    that ran 30 s or more had recovered, and starts again from 1 s."""
+    if ran >= BACKOFF_MAX:
+        backoff = BACKOFF_FIRST
+    return backoff, min(BACKOFF_MAX, backoff * 2)
 
 
 def _describe(code: int | None) -> str:

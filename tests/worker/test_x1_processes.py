@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import URL, Engine
 
 from alkstore_sa import Store
-from alkstore_sa.worker._processes import ProcessSupervisor
+from alkstore_sa.worker._processes import ProcessSupervisor, restart_delay
 
 from .._workers import wait_for
 from ..cli.test_cli import alkstore, one_line_error
@@ -189,6 +189,32 @@ def test_x1_kill_9_of_a_child_restarts_it_and_its_jobs_run_once_more(
                         j=job_id)  # fmt: skip
         assert pid != victim
     assert runs(table, "SELECT 1 FROM x1_runs WHERE pid = :p AND kind = 'done'", p=new)
+
+
+def test_x1_restart_backoff_doubles_from_1s_to_30s_and_resets_after_a_long_run() -> None:
+    backoff, delays = 1.0, []
+    for _ in range(7):  # a child that dies again at once, seven times
+        delay, backoff = restart_delay(backoff, ran=0.5)
+        delays.append(delay)
+    assert delays == [1, 2, 4, 8, 16, 30, 30]
+    assert restart_delay(backoff, ran=29.9) == (30, 30)
+    assert restart_delay(backoff, ran=30.0) == (1, 2)  # it had recovered: from 1 s again
+
+
+def test_x1_a_child_that_dies_again_is_restarted_after_twice_the_wait(
+    database_url: URL, table: Engine, closing: list[Supervised]
+) -> None:
+    sup = cli(database_url, APP, 1)
+    closing.append(sup)
+    [first] = sup.wait_running(1)
+    os.kill(first, signal.SIGKILL)
+    sup.wait_for(lambda: "restarting it in 1 s" in sup.text())
+    [second] = set(sup.wait_running(2)) - {first}
+    os.kill(second, signal.SIGKILL)
+    sup.wait_for(lambda: "restarting it in 2 s" in sup.text())
+    assert len(sup.wait_running(3)) == 3  # restarted a second time
+    code, _ = sup.stop()
+    assert code == 0, sup.text()
 
 
 def test_x1_bad_target_is_one_line_and_no_restart(database_url: URL) -> None:
