@@ -11,6 +11,11 @@ with one line when building or starting its worker raised.  It receives
 ``stop`` (level 1: a graceful stop, level 2: end the grace).  The pipe
 closing without a stop means the supervisor died: the child stops
 gracefully rather than run on as an orphan.
+
+Once its worker's run has ended (its jobs released, its acks flushed)
+the child has ``EXIT_WAIT`` seconds to exit; what could hold an exit
+longer -- a thread left running, child processes of its own -- is ended
+with it, so a stop never leaves the supervisor waiting on a child for good.
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import multiprocessing
 import os
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
@@ -29,12 +36,13 @@ from typing import Any
 from .._values.errors import AlkstoreError
 from ._worker import AsyncWorker, Worker, own_handler_executor
 
-__all__ = ["REPORT_EVERY", "child_main", "one_line"]
+__all__ = ["EXIT_WAIT", "REPORT_EVERY", "child_main", "one_line"]
 
 log = logging.getLogger("alkstore_sa.worker")
 
 REPORT_EVERY = 0.5  # seconds between health reports
 READY_POLL = 0.02  # how often the child looks whether its run has started
+EXIT_WAIT = 5.0  # seconds the child's exit may take once its worker's run has ended
 
 # (family name, type, help, [(sample name, sorted label pairs, value)])
 Family = tuple[str, str, str, list[tuple[str, tuple[tuple[str, str], ...], float]]]
@@ -157,24 +165,55 @@ def child_main(factory: Callable[[], object], conn: Connection, metrics: bool) -
     _own_process_group()
     child = _Child(conn, metrics)
     threading.Thread(target=child.report, name="alkstore-report", daemon=True).start()
+    code = _run(child, factory)
+    _exit_within(EXIT_WAIT, code)
+    if code:
+        sys.exit(code)
+
+
+def _run(child: _Child, factory: Callable[[], object]) -> int:
+    """Build and run the worker; the exit code."""
     try:
         worker = _build(factory)
         with child.lock:
             child.worker = worker
             stopped = child.stops
         if stopped:
-            return
+            return 0
         own_handler_executor(worker)
         if isinstance(worker, AsyncWorker):
             asyncio.run(worker.run())
         else:
             worker.run()
+        return 0
     except (Exception, SystemExit) as exc:
         if child.ready:
             log.exception("worker process %d: the worker failed", os.getpid())
-            sys.exit(1)
+            return 1
         message, code = one_line(exc)
         if not isinstance(exc, AlkstoreError) and getattr(exc, "code", None) is None:
             traceback.print_exc()  # the user's own code failed: its traceback helps
         child.send("failed", message, code)
-        sys.exit(code)
+        return code
+
+
+def _exit_within(seconds: float, code: int) -> None:
+    """End this process ``seconds`` from now if its exit has not ended it by then.
+
+    The interpreter's exit joins the threads and the child processes left
+    running (a factory's own, a process pool's: an exit after
+    ``shutdown(wait=False)`` can hang there, cpython#83386); a stopped
+    child must not keep its supervisor waiting on that for good.
+    """
+
+    def end() -> None:
+        time.sleep(seconds)
+        log.warning("worker process %d: not exited %gs after its worker stopped; ending it",
+                    os.getpid(), seconds)  # fmt: skip
+        with contextlib.suppress(Exception):
+            for process in multiprocessing.active_children():
+                process.kill()
+            sys.stderr.flush()
+        os._exit(code)
+
+    threading.Thread(target=end, name="alkstore-exit", daemon=True).start()

@@ -30,6 +30,7 @@ import asyncio
 import functools
 import logging
 import pickle
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -41,6 +42,8 @@ from ._handlers import HandlerSpec, Scope, scoped
 __all__ = ["HandlerPool", "handler_pool"]
 
 log = logging.getLogger("alkstore_sa.worker")
+
+POOL_EXIT_WAIT = 2.0  # seconds an owned pool's processes get to exit at close() before a kill
 
 
 def handler_pool(
@@ -141,6 +144,30 @@ class HandlerPool:
         self._owned = True
 
     def close(self) -> None:
-        """Shut down the executor if it is the run's own; never waits for handlers."""
-        if self._owned:
-            self._executor.shutdown(wait=False, cancel_futures=True)
+        """Shut down the executor if it is the run's own; never waits for handlers.
+
+        An owned process pool's processes are ended here, not left to the
+        interpreter's exit: an exit after ``shutdown(wait=False)`` can hang
+        on the pool (cpython#83386; once in CI an X1 child never exited),
+        and a handler still running in one now belongs to a job the
+        shutdown has released already.  They get ``POOL_EXIT_WAIT`` to
+        take the shutdown's sentinel, then are killed.
+        """
+        if not self._owned:
+            return
+        executor = self._executor
+        # Read before shutdown(), which forgets them.
+        processes = list((getattr(executor, "_processes", None) or {}).values())
+        executor.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + POOL_EXIT_WAIT
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        if alive := [p for p in processes if p.is_alive()]:
+            log.warning(
+                "handler process pool: %d process(es) still running a handler at the "
+                "end of the run (their jobs were released); killing them",
+                len(alive),
+            )
+            for process in alive:
+                process.kill()
+                process.join(POOL_EXIT_WAIT)

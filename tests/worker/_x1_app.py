@@ -10,6 +10,7 @@ environment the test gives the supervisor (children inherit it).
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from sqlalchemy import text
@@ -56,6 +57,12 @@ def make_fixed_id_worker() -> Worker:
     """Every process the same worker id: the supervisor refuses it."""
     store = Store.from_url(os.environ["ALKSTORE_DATABASE_URL"])
     return Worker({store.queue("x1"): lambda job: None}, poll_interval=0.1, worker_id="same")
+
+
+def make_worker_leaving_a_thread() -> Worker:
+    """A factory that leaves a thread running (not a daemon): the child's exit waits for it."""
+    threading.Thread(target=time.sleep, args=(3600,), name="left-running").start()
+    return make_worker()
 
 
 def make_nothing() -> object:

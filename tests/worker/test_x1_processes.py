@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import URL, Engine
 
 from alkstore_sa import Store
+from alkstore_sa.worker._child import EXIT_WAIT
 from alkstore_sa.worker._processes import ProcessSupervisor, restart_delay
 
 from .._workers import wait_for
@@ -139,6 +140,20 @@ def test_x1_a_child_whose_worker_has_its_own_process_pool_stops_on_sigterm(
     rows = runs(table, "SELECT job_id, pid FROM x1_runs WHERE job_id = ANY(:ids)", ids=ids)
     assert sorted(r[0] for r in rows) == sorted(ids)
     assert not {r[1] for r in rows} & set(children)  # run in the pools, not the children
+
+
+def test_x1_a_child_whose_exit_hangs_is_ended_once_its_worker_stopped(
+    database_url: URL, table: Engine, closing: list[Supervised]
+) -> None:
+    """Something the factory left running (here a thread; once in CI a process pool's
+    exit) would hold the child's exit, and the supervisor with it, for good."""
+    sup = script(database_url, "make_worker_leaving_a_thread", 1)
+    closing.append(sup)
+    sup.wait_running(1)
+    code, took = sup.stop(signal.SIGTERM)
+    assert code == 0, sup.text()
+    assert EXIT_WAIT <= took < EXIT_WAIT + 10, sup.text()
+    assert f"not exited {EXIT_WAIT:g}s after its worker stopped; ending it" in sup.text()
 
 
 def test_x1_a_signal_while_the_supervisor_holds_its_lock_still_stops_it() -> None:

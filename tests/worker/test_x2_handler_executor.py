@@ -217,3 +217,21 @@ def test_x2_an_async_worker_runs_its_sync_handlers_in_the_pool(
         running.stop()
     [line] = _runs(runs)
     assert int(line.split()[2]) != os.getpid()
+
+
+def test_x2_an_owned_pool_ends_its_processes_when_the_run_closes_it() -> None:
+    """A handler still running in the worker's own pool at the end of the run belongs to
+    a job the shutdown released: its process is ended by close(), not left to the
+    interpreter's exit (which can hang on the pool: cpython#83386)."""
+    import time
+
+    from alkstore_sa.worker._pool import POOL_EXIT_WAIT
+
+    executor = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    busy = executor.submit(time.sleep, 60)
+    wait_for(lambda: busy.running(), timeout=30)
+    [process] = executor._processes.values()  # type: ignore[attr-defined]
+    began = time.monotonic()
+    HandlerPool(executor, owned=True).close()
+    assert time.monotonic() - began < POOL_EXIT_WAIT + 2
+    assert not process.is_alive()
