@@ -144,7 +144,8 @@ class HandlerPool:
         self._owned = True
 
     def close(self) -> None:
-        """Shut down the executor if it is the run's own; never waits for handlers.
+        """Shut down the executor if it is the run's own; never waits for a handler
+        longer than ``POOL_EXIT_WAIT``.
 
         An owned process pool's processes are ended here, not left to the
         interpreter's exit: an exit after ``shutdown(wait=False)`` can hang
