@@ -49,10 +49,11 @@ def cmd_dev_db(args: argparse.Namespace, schema: str) -> int:
             url = server.url(server.maintenance_db)
             migrate(url, schema=schema)
             text = url.render_as_string(hide_password=False)
-            print(f"PostgreSQL running, data in {datadir}; store migrated in schema {schema!r}")
-            print(f"export ALKSTORE_DATABASE_URL='{text}'")
-            print("Ctrl-C stops it (the data stays).", flush=True)
+            # In the try: a Ctrl-C the moment the banner is out is a stop like any.
             try:
+                print(f"PostgreSQL running, data in {datadir}; store migrated in schema {schema!r}")
+                print(f"export ALKSTORE_DATABASE_URL='{text}'")
+                print("Ctrl-C stops it (the data stays).", flush=True)
                 while not signalled:
                     time.sleep(0.2)
             except KeyboardInterrupt:
