@@ -234,4 +234,5 @@ def test_x2_an_owned_pool_ends_its_processes_when_the_run_closes_it() -> None:
     began = time.monotonic()
     HandlerPool(executor, owned=True).close()
     assert time.monotonic() - began < POOL_EXIT_WAIT + 2
-    assert not process.is_alive()
+    # Killed by close(); on a loaded machine its end may take a moment more to show.
+    wait_for(lambda: not process.is_alive(), timeout=10)
