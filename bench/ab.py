@@ -1,13 +1,22 @@
 """``python -m bench.ab REV``: the working tree against git revision ``REV``, alternating.
 
 REV's files (``git archive``) go into a throwaway directory; each round
-runs REV's own ``python -m bench --only CASES --json`` and then the working
-tree's (the next round the other way round, so drift on a shared machine
+runs REV's own ``python -m bench --only CASE --json`` for each case and then
+the working tree's (the next round the other way round, so drift on a shared machine
 hits both alike), each in a subprocess of this interpreter with its side's
 checkout first on ``PYTHONPATH`` -- the dependencies are this venv's, which
 do not change between revisions.  Both sides use ONE server (embedded,
 started here, or ``ALKSTORE_DATABASE_URL``); each bench run makes, migrates
 (with its own side's revisions) and drops its own database on it.
+
+Each case is its own bench run, after a ``CHECKPOINT``: a case then starts
+from the same server state on both sides whatever ran before it.  Run
+together, a case followed different work on each side (the tree's E1 also
+runs the ``AsyncStore`` variants: twice the single-row commits of the first
+release's bench), and E2 after it read 0.51x of the first release in three
+rounds, against 1.02x run alone and 1.08x run this way (docs/benchmarks.md,
+stop 35).  The checkpoint keeps one due from the earlier runs' WAL out of
+the next run.
 
 Each side measures with its own bench code, so a case means what it meant
 at that revision (D1 is 4 processes of claim_batch(n) + ack_batch of
@@ -30,6 +39,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import psycopg
 
 from ._progress import say
 
@@ -97,6 +108,26 @@ def run_side(src: Path, url: str, cases: str, extra: Sequence[str], out: Path) -
     return figs
 
 
+def checkpoint(dsn: str) -> None:
+    """Write out what the previous run left (WAL, dirty pages) before the next one starts.
+
+    Needs a superuser or ``pg_checkpoint`` on a given server; without, the
+    runs go on as they are and the reason is printed once.
+    """
+    global _checkpoint_refused
+    if _checkpoint_refused:
+        return
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege as exc:
+        _checkpoint_refused = True
+        say(f"no CHECKPOINT between runs ({exc}); cases may feel what ran before them")
+
+
+_checkpoint_refused = False
+
+
 def pick(figs: Figures, case: str, system: str, prefix: str, what: str) -> float | None:
     for f in figs:
         if f["case"] == case and f["system"] == system and f["shape"].startswith(prefix):
@@ -160,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     server = given_server(given) if given else start_embedded("alkstore-ab-pg-")
     url = server.url(server.maintenance_db).render_as_string(hide_password=False)
+    dsn = server.dsn(server.maintenance_db)
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     runs: dict[str, list[Figures]] = {"rev": [], "tree": []}
     try:
         with tempfile.TemporaryDirectory(prefix="alkstore-ab-") as tmp:
@@ -171,8 +204,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for side in order:
                     say(f"round {r + 1}/{args.rounds}: {side}")
                     src = old if side == "rev" else new
-                    out = Path(tmp) / f"{side}-{r}.json"
-                    runs[side].append(run_side(src, url, args.cases, extra, out))
+                    figs: Figures = []
+                    for case in cases:
+                        checkpoint(dsn)
+                        out = Path(tmp) / f"{side}-{r}-{case}.json"
+                        figs += run_side(src, url, case, extra, out)
+                    runs[side].append(figs)
     finally:
         server.stop()
     text, rows = summarise(args.rev, runs, args.against or "tree")

@@ -3,7 +3,8 @@
 Not a performance test: it proves the A/B tool exports a revision, runs
 each side's own bench against one server in alternating rounds, and
 reports every case's ratio with its spread and each side's D1 / raw
-psycopg ratio from the same run.
+psycopg ratio from the same run; each case in its own bench run, after a
+CHECKPOINT (so a case does not feel what ran before it on that side).
 """
 
 from __future__ import annotations
@@ -30,6 +31,19 @@ def test_bench_ab_alternates_a_revision_with_the_tree_and_reports_ratios(
     url = pg_server.url(pg_server.maintenance_db).render_as_string(hide_password=False)
     monkeypatch.setenv("ALKSTORE_DATABASE_URL", url)
     out = tmp_path / "ab.json"
+    calls: list[str] = []
+    real_checkpoint, real_run_side = ab.checkpoint, ab.run_side
+
+    def checkpoint(dsn: str) -> None:
+        calls.append("CHECKPOINT")
+        real_checkpoint(dsn)
+
+    def run_side(src: Path, url: str, cases: str, *rest: object) -> list[dict[str, object]]:
+        calls.append(cases)
+        return real_run_side(src, url, cases, *rest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ab, "checkpoint", checkpoint)
+    monkeypatch.setattr(ab, "run_side", run_side)
     # One round: the revision's bench, then the tree's (a round alternates them).
     args = ["HEAD", "--cases", "D1,E1", "--rounds", "1", "--json", str(out), "--", *TINY]
 
@@ -37,6 +51,7 @@ def test_bench_ab_alternates_a_revision_with_the_tree_and_reports_ratios(
 
     doc = json.loads(out.read_text())
     assert len(doc["runs"]["rev"]) == len(doc["runs"]["tree"]) == 1
+    assert calls == ["CHECKPOINT", "D1", "CHECKPOINT", "E1"] * 2
     rows = {r["row"]: r for r in doc["rows"]}
     for name in ("E1 alkstore jobs/s", "D1 alkstore n=10 jobs/s", "D1 alkstore n=100 jobs/s"):
         assert len(rows[name]["ratios"]) == 1 and all(x > 0 for x in rows[name]["ratios"])
