@@ -144,8 +144,7 @@ class HandlerPool:
         self._owned = True
 
     def close(self) -> None:
-        """Shut down the executor if it is the run's own; never waits for a handler
-        longer than ``POOL_EXIT_WAIT``.
+        """Shut down the run's own executor, waiting at most ``POOL_EXIT_WAIT``.
 
         An owned process pool's processes are ended here, not left to the
         interpreter's exit: an exit after ``shutdown(wait=False)`` can hang
