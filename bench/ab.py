@@ -108,24 +108,19 @@ def run_side(src: Path, url: str, cases: str, extra: Sequence[str], out: Path) -
     return figs
 
 
-def checkpoint(dsn: str) -> None:
+def checkpoint(dsn: str) -> bool:
     """Write out what the previous run left (WAL, dirty pages) before the next one starts.
 
-    Needs a superuser or ``pg_checkpoint`` on a given server; without, the
-    runs go on as they are and the reason is printed once.
+    False when the role may not (a given server needs a superuser or
+    ``pg_checkpoint``): the runs go on without, and the caller stops asking.
     """
-    global _checkpoint_refused
-    if _checkpoint_refused:
-        return
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CHECKPOINT")
     except psycopg.errors.InsufficientPrivilege as exc:
-        _checkpoint_refused = True
         say(f"no CHECKPOINT between runs ({exc}); cases may feel what ran before them")
-
-
-_checkpoint_refused = False
+        return False
+    return True
 
 
 def pick(figs: Figures, case: str, system: str, prefix: str, what: str) -> float | None:
@@ -193,6 +188,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     url = server.url(server.maintenance_db).render_as_string(hide_password=False)
     dsn = server.dsn(server.maintenance_db)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    checkpoints = True
     runs: dict[str, list[Figures]] = {"rev": [], "tree": []}
     try:
         with tempfile.TemporaryDirectory(prefix="alkstore-ab-") as tmp:
@@ -206,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     src = old if side == "rev" else new
                     figs: Figures = []
                     for case in cases:
-                        checkpoint(dsn)
+                        checkpoints = checkpoints and checkpoint(dsn)
                         out = Path(tmp) / f"{side}-{r}-{case}.json"
                         figs += run_side(src, url, case, extra, out)
                     runs[side].append(figs)

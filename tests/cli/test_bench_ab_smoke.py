@@ -34,9 +34,9 @@ def test_bench_ab_alternates_a_revision_with_the_tree_and_reports_ratios(
     calls: list[str] = []
     real_checkpoint, real_run_side = ab.checkpoint, ab.run_side
 
-    def checkpoint(dsn: str) -> None:
+    def checkpoint(dsn: str) -> bool:
         calls.append("CHECKPOINT")
-        real_checkpoint(dsn)
+        return real_checkpoint(dsn)
 
     def run_side(src: Path, url: str, cases: str, *rest: object) -> list[dict[str, object]]:
         calls.append(cases)
