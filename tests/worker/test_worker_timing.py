@@ -577,23 +577,26 @@ def test_b5_a_claim_backoff_is_cut_at_most_once_a_poll_interval() -> None:
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         db = FakeDB(loop)
-        db.enqueue(notify=False, visibility_timeout=1.5)  # heartbeated every 0.5 s
+        db.enqueue(notify=False, visibility_timeout=1.41)  # heartbeated every 0.47 s
 
         def fault() -> None:
             db.fail_next["claim"] = 1_000
             db.enqueue()
 
-        loop.call_at(0.5, fault)
+        # Between two heartbeats (0.5, 1.0): a fault at the instant of a beat
+        # would leave the order of the two answers to the loop.
+        loop.call_at(0.6, fault)
         sup = Supervisor(settings(poll_interval=2.0, shutdown_timeout=0.0))
         await run_for(sup, [bind(db, sleeper(20.0))], FakeBackend(listen_after=0.0), stop_at=12.0)
-        # The wake's claim fails at 0.5, its quick retry at 0.55; the heartbeat at
+        # The wake's claim fails at 0.6, its quick retry at 0.65; the heartbeat at
         # 1.0 cuts the backoff (a claim then, and its retry), and from there on
         # the cuts keep the 2 s floor: two claims a poll interval, no spin.
         claims = [t for t in db.times("claim") if t < 12.0]
+        print(claims)
         expected = [
             0.0,
-            0.5,
-            0.55,
+            0.6,
+            0.65,
             1.0,
             1.05,
             3.0,
