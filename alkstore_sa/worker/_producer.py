@@ -179,23 +179,36 @@ class Producer:
         Abandoned by breaking its connection (``abort_claim``), so the claim
         ends at once with a connection error wherever it waits (a thread, a
         driver's cancel path); cancelled only if even that does not end it.
+        Awaited in this task, under one timer: a task of its own and a wait
+        on it would cost the wake path two loop passes (L1).
         """
         settings = self._run.settings
-        claim = asyncio.ensure_future(
-            self._qs.port.claim(settings.worker_id, n, settings.max_batch_payload_bytes)
-        )
+        port = self._qs.port
+        loop = self._run.loop
+        abandoned = False
+        timer: asyncio.TimerHandle | None = None
         try:
-            done, _ = await asyncio.wait({claim}, timeout=CLAIM_TIMEOUT)
-            if not done:
-                self._qs.port.abort_claim()
-                done, _ = await asyncio.wait({claim}, timeout=ABORT_WAIT)
-                if done and claim.exception() is None:
-                    return claim.result()  # the reply came in the meantime after all
-                raise TimeoutError(f"no reply within {CLAIM_TIMEOUT:g}s; connection dropped")
-            return claim.result()
+            async with asyncio.timeout(None) as bound:
+
+                def abandon() -> None:
+                    nonlocal abandoned
+                    abandoned = True
+                    port.abort_claim()
+                    bound.reschedule(loop.time() + ABORT_WAIT)
+
+                timer = loop.call_later(CLAIM_TIMEOUT, abandon)
+                return await port.claim(settings.worker_id, n, settings.max_batch_payload_bytes)
+        except Exception as exc:
+            # After the abandon: the broken connection's error, or the
+            # timeout's when even that did not end it.  A reply that came in
+            # the meantime was returned above.
+            if abandoned:
+                why = f"no reply within {CLAIM_TIMEOUT:g}s; connection dropped"
+                raise TimeoutError(why) from exc
+            raise
         finally:
-            if not claim.done():
-                claim.cancel()
+            if timer is not None:
+                timer.cancel()
 
     def _failed(self, exc: Exception) -> None:
         self._run.db_failed()

@@ -122,14 +122,16 @@ class _HotLane:
             self._lane = Lane(asyncio.get_running_loop(), 1, self._name)
         fut = self._lane.submit(functools.partial(self._held.run, store, call))
         try:
-            result: T = await asyncio.shield(fut)
+            # Not shielded: a cancel cancels the lane's future too, and the
+            # thread's outcome is then dropped (``Lane`` skips done futures).
+            result: T = await fut
         except asyncio.CancelledError:
             # The caller gave up (a claim past its timeout, or the run
             # stopping): the thread may be blocked on a silent peer, and every
             # later call on this lane would queue behind it.  Break its
-            # connection so the thread comes back.
-            if not fut.done():
-                self._held.abort()
+            # connection so the thread comes back (nothing to break when
+            # no call is on the wire).
+            self._held.abort()
             raise
         return result
 

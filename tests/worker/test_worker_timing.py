@@ -17,12 +17,15 @@ import logging
 import pytest
 
 from alkstore_sa import FailJob, Job, QueueOpts, RetryJob
+from alkstore_sa._calls.core import QueueCore
 from alkstore_sa._values.stamps import backoff_bounds
-from alkstore_sa.worker._state import RunState
+from alkstore_sa.worker import _producer
+from alkstore_sa.worker._handlers import inspect_handler
+from alkstore_sa.worker._state import QueueBinding, RunState
 from alkstore_sa.worker._supervisor import Supervisor
 
 from .. import _fakeclock
-from .._fakebackend import FakeBackend, FakeDB, bind, run_for, settings
+from .._fakebackend import FakeBackend, FakeDB, FakePort, bind, run_for, settings
 
 
 def _run(test: object) -> None:
@@ -583,33 +586,18 @@ def test_b5_a_claim_backoff_is_cut_at_most_once_a_poll_interval() -> None:
             db.fail_next["claim"] = 1_000
             db.enqueue()
 
-        # Between two heartbeats (0.5, 1.0): a fault at the instant of a beat
-        # would leave the order of the two answers to the loop.
+        # Beats every 0.47 s, so no cut (at a beat, at most once every 2 s)
+        # falls on the instant of another beat or of the fault: the order of
+        # two answers at one instant is the loop's, not the rule's.
         loop.call_at(0.6, fault)
         sup = Supervisor(settings(poll_interval=2.0, shutdown_timeout=0.0))
         await run_for(sup, [bind(db, sleeper(20.0))], FakeBackend(listen_after=0.0), stop_at=12.0)
-        # The wake's claim fails at 0.6, its quick retry at 0.65; the heartbeat at
-        # 1.0 cuts the backoff (a claim then, and its retry), and from there on
+        # The wake's claim fails at 0.6, its quick retry at 0.65; the beat at
+        # 0.94 cuts the backoff (a claim then, and its retry), and from there on
         # the cuts keep the 2 s floor: two claims a poll interval, no spin.
         claims = [t for t in db.times("claim") if t < 12.0]
-        print(claims)
-        expected = [
-            0.0,
-            0.6,
-            0.65,
-            1.0,
-            1.05,
-            3.0,
-            3.05,
-            5.0,
-            5.05,
-            7.0,
-            7.05,
-            9.0,
-            9.05,
-            11.0,
-            11.05,
-        ]
+        expected = [0.0, 0.6, 0.65, 0.94, 0.99]
+        expected += [at + d for at in (2.94, 4.94, 6.94, 8.94, 10.94) for d in (0.0, 0.05)]
         assert claims == pytest.approx(expected, abs=0.01)
 
     _run(scenario())
@@ -693,3 +681,58 @@ def test_b5_the_listener_reconnects_from_its_floor_after_an_established_listen()
     # 3 failed connects (0.05, 0.1, 0.2), then 0.4 before the 4th; each
     # established LISTEN lost after 10 ms is back after the floor (0.05).
     assert gaps == pytest.approx([0.05, 0.1, 0.2, 0.01 + 0.05, 0.01 + 0.05], abs=0.002)
+
+
+class _SilentClaimPort(FakePort):
+    """The first claim hangs as on a silent peer; ``abort_claim`` ends it only
+    when ``abort_ends`` (breaking the socket), else it hangs on regardless."""
+
+    def __init__(self, db: FakeDB, *, abort_ends: bool) -> None:
+        super().__init__(db, sleeper(0.0))
+        self.started: list[float] = []
+        self.aborted: list[float] = []
+        self._abort_ends = abort_ends
+        self._hung: asyncio.Future[None] | None = None
+
+    async def claim(
+        self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
+    ) -> list[Job]:
+        loop = asyncio.get_running_loop()
+        self.started.append(loop.time())
+        if len(self.started) == 1:
+            self._hung = loop.create_future()
+            await self._hung  # a reply that never comes
+        return await super().claim(worker_id, n, max_batch_payload_bytes)
+
+    def abort_claim(self) -> None:
+        self.aborted.append(asyncio.get_running_loop().time())
+        if self._abort_ends and self._hung is not None and not self._hung.done():
+            self._hung.set_exception(ConnectionError("socket shut down"))
+
+
+@pytest.mark.parametrize("abort_ends", [True, False], ids=["abort-ends-it", "abort-ignored"])
+def test_q26_a_claim_with_no_reply_is_abandoned_and_claims_go_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, abort_ends: bool
+) -> None:
+    """Past CLAIM_TIMEOUT the claim's connection is broken; if even that does not
+    end it, it is cancelled ABORT_WAIT later.  Either way it is a failed claim
+    (retried at the backoff's floor) and the job runs."""
+    monkeypatch.setattr(_producer, "CLAIM_TIMEOUT", 1.0)
+    monkeypatch.setattr(_producer, "ABORT_WAIT", 0.5)
+
+    async def scenario() -> None:
+        db = FakeDB(asyncio.get_running_loop())
+        db.enqueue(notify=False)
+        port = _SilentClaimPort(db, abort_ends=abort_ends)
+        handler = inspect_handler(sleeper(0.0), "test")
+        binding = QueueBinding(QueueCore("alkstore", db.queue, None), handler, port)
+        sup = Supervisor(settings(poll_interval=10.0))
+        with caplog.at_level(logging.WARNING, logger="alkstore_sa.worker"):
+            await run_for(sup, [binding], FakeBackend(listen_after=0.0), stop_at=3.0)
+        ended = 1.0 if abort_ends else 1.5
+        assert port.aborted == pytest.approx([1.0], abs=0.001)
+        assert port.started[:2] == pytest.approx([0.0, ended + 0.05], abs=0.001)
+        assert "no reply within 1s; connection dropped" in caplog.text
+        assert not db.rows  # the retry claimed it and it ran
+
+    _run(scenario())
