@@ -711,7 +711,7 @@ class _SilentClaimPort(FakePort):
 
 
 @pytest.mark.parametrize("abort_ends", [True, False], ids=["abort-ends-it", "abort-ignored"])
-def test_q26_a_claim_with_no_reply_is_abandoned_and_claims_go_on(
+def test_b5_a_claim_with_no_reply_is_abandoned_and_claims_go_on(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, abort_ends: bool
 ) -> None:
     """Past CLAIM_TIMEOUT the claim's connection is broken; if even that does not
