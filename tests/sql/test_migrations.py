@@ -495,9 +495,15 @@ def test_m2_compare_metadata_finds_no_difference(engine: Engine) -> None:
 
 
 def test_m2_compare_metadata_sees_a_changed_type_behind_a_domain(engine: Engine) -> None:
-    """The domain-aware comparison still reports a base type that differs."""
+    """The domain-aware comparison still reports a domain whose base type differs."""
     with engine.begin() as conn:
-        conn.execute(text("ALTER TABLE alkstore.jobs ALTER COLUMN errors TYPE json"))
+        conn.execute(text("CREATE DOMAIN alkstore.odd_history AS text"))
+        conn.execute(
+            text(
+                "ALTER TABLE alkstore.jobs ALTER COLUMN errors"
+                " TYPE alkstore.odd_history USING errors::text"
+            )
+        )
     diff = _diff_with_metadata(engine)
     assert [(d[0][0], d[0][3]) for d in diff] == [("modify_type", "errors")]
 
