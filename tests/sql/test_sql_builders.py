@@ -23,6 +23,7 @@ from alkstore_sa._db.sql import (
     claim,
     dashboard,
     enqueue,
+    flow_claim,
     handle,
     periodic,
     queue_admin,
@@ -291,6 +292,27 @@ def test_claim_is_one_statement_skipping_locked_rows(build: Callable[[], Any]) -
     assert "UPDATE alkstore.jobs SET" in text and "RETURNING" in text
     assert "INSERT INTO alkstore.dead_jobs" in text  # Q12 burial in the same round trip
     assert "statement_timestamp()" in text and "now()" not in text
+
+
+# Every UPDATE of jobs that may write many rows and assigns neither run_at nor
+# parked: the claims (the limited ones end in the same UPDATE) and the heartbeats.
+MANY_ROW_UPDATES = [
+    *CLAIMS,
+    lambda: flow_claim.claim_limited(),
+    lambda: flow_claim.claim_concurrency(),
+    handle.heartbeat,
+    handle.heartbeat_held,
+]
+
+
+@pytest.mark.parametrize("build", MANY_ROW_UPDATES)
+def test_many_row_updates_name_parked_so_claim_at_is_read_once(build: Callable[[], Any]) -> None:
+    # PostgreSQL 18 reads claim_at's stored expression back for every row of an
+    # UPDATE that names none of its inputs (_common.claim_at_read_once); the
+    # self-assignment is the whole fix, so dropping it only shows here.
+    text = _compile(build()).string
+    assert "parked=alkstore.jobs.parked" in text
+    assert "run_at=" not in text.split("UPDATE alkstore.jobs SET", 1)[1]
 
 
 @pytest.mark.parametrize("build", CLAIMS)

@@ -86,7 +86,16 @@ from sqlalchemy import (
 )
 
 from ...schema import jobs
-from ._common import LIVE, NOW, PENDING, PROCESSING, batch_param, id_among, this_queue
+from ._common import (
+    LIVE,
+    NOW,
+    PENDING,
+    PROCESSING,
+    batch_param,
+    claim_at_read_once,
+    id_among,
+    this_queue,
+)
 from .due import SKIP_SCAN_SINCE, due_from_walk, due_scan
 from .lapsed import LAPSED_EXHAUSTED_ERROR, bury_exhausted_of, lapsed_rows, reclaimable_of
 
@@ -136,6 +145,7 @@ def claim_picked(picked: CTE, lapsed: CTE) -> Update:
             worker_id=bindparam("p_worker_id", type_=Text),
             claim_deadline=NOW + jobs.c.visibility_timeout,
             deadline_floor=NOW + jobs.c.visibility_timeout,
+            **claim_at_read_once(),
         )
         .returning(*LIVE)
         .add_cte(bury_exhausted_of(lapsed))
