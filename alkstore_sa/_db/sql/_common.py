@@ -118,8 +118,8 @@ def lapsed() -> tuple[ColumnElement[bool], ColumnElement[bool]]:
 
 
 def claim_at_read_once() -> dict[str, ColumnElement[Any]]:
-    """A SET item for an UPDATE of many rows that assigns neither ``run_at`` nor
-    ``parked``: ``parked`` to its own value (no row changes).
+    """A SET item for the claim's UPDATE on PostgreSQL 18 and later: ``parked``
+    to its own value (no row changes).
 
     Why: when an UPDATE assigns none of the columns the generated ``claim_at``
     is computed from, PostgreSQL 18 decides anew for every row it writes that
@@ -127,8 +127,8 @@ def claim_at_read_once() -> dict[str, ColumnElement[Any]]:
     back from its text each time (~1.7 us a row of a 100-job claim,
     docs/benchmarks.md).  Naming ``parked`` makes it read the expression once
     per statement and compute it per row, the same value.  Earlier servers
-    read it once either way.  The row's index keys do not change, so a
-    heartbeat stays a HOT update.
+    read it once a statement either way and would compute it for nothing
+    (~1 us a row on 15), so the claims for them (``claim_walk``) leave it out.
     """
     return {"parked": jobs.c.parked}
 
@@ -143,7 +143,6 @@ def extend_claim(deadline: ColumnElement[Any]) -> dict[str, ColumnElement[Any]]:
     return {
         "claim_deadline": deadline,
         "deadline_floor": func.least(jobs.c.deadline_floor, deadline),
-        **claim_at_read_once(),
     }
 
 

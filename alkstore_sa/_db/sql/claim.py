@@ -118,10 +118,12 @@ def claim_of(
     sized: bool = False,
     guard: ColumnElement[bool] | None = None,
     limit: ColumnElement[Any] | None = None,
+    since_18: bool = True,
 ) -> Update:
     """The claim of ``due`` and the lapsed rows: at most ``limit`` (default ``:n``) of
     them in claim order.  ``guard``: the settings-row condition of the lapsed rows'
-    scan (default: not paused); the limited claim's (F2) passes its own."""
+    scan (default: not paused); the limited claim's (F2) passes its own.
+    ``since_18``: the UPDATE in PostgreSQL 18's form (``claim_at_read_once``)."""
     lapsed = lapsed_rows(guard)
     both = union_all(due, select(reclaimable_of(lapsed, sized))).subquery("both")
     order = (both.c.priority.desc(), both.c.run_at, both.c.id)
@@ -130,12 +132,13 @@ def claim_of(
         picked = within_bytes(both, order, cap)
     else:
         picked = select(both.c.id).order_by(*order).limit(cap).cte("picked")
-    return claim_picked(picked, lapsed)
+    return claim_picked(picked, lapsed, since_18)
 
 
-def claim_picked(picked: CTE, lapsed: CTE) -> Update:
+def claim_picked(picked: CTE, lapsed: CTE, since_18: bool = True) -> Update:
     """The claim of the ``picked`` ids (Q8, Q11), lapsed rows at their last attempt
     buried in the same statement (Q12): the unlimited and the limited claim's end."""
+    for_server = claim_at_read_once() if since_18 else {}
     return (
         update(jobs)
         .where(id_among(select(picked.c.id)))
@@ -145,7 +148,7 @@ def claim_picked(picked: CTE, lapsed: CTE) -> Update:
             worker_id=bindparam("p_worker_id", type_=Text),
             claim_deadline=NOW + jobs.c.visibility_timeout,
             deadline_floor=NOW + jobs.c.visibility_timeout,
-            **claim_at_read_once(),
+            **for_server,
         )
         .returning(*LIVE)
         .add_cte(bury_exhausted_of(lapsed))
@@ -207,7 +210,7 @@ def claim() -> Update:
 @cache
 def claim_walk() -> Update:
     """``claim`` with the due rows found by ``_due_walk``: flat before PostgreSQL 18 too."""
-    return claim_of(due_from_walk())
+    return claim_of(due_from_walk(), since_18=False)
 
 
 @cache
@@ -253,4 +256,4 @@ def claim_bounded() -> Update:
 @cache
 def claim_walk_bounded() -> Update:
     """``claim_walk`` under a byte bound (``claim_bounded``)."""
-    return claim_of(due_from_walk(sized=True), sized=True)
+    return claim_of(due_from_walk(sized=True), sized=True, since_18=False)
