@@ -16,6 +16,7 @@ Shape (Q8-Q12, O4)::
       picked    AS (the first :n of due UNION ALL lapsed, same order)
     UPDATE jobs SET status='processing', attempts=attempts+1, worker_id=:worker_id,
                     claim_deadline=deadline_floor=now+visibility_timeout
+                    [, parked=parked: PostgreSQL 18, _common.claim_at_read_once]
     WHERE jobs.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING (the live columns)
 
 Both row sources (lapsed_rows and the due rows) also require ``NOT EXISTS
