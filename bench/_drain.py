@@ -27,7 +27,7 @@ from ._progress import Bar
 # (ordered by ``run_at``, as before, each claim sorted every pending row), and
 # sets ``parked`` to itself, as the library's claim does on PostgreSQL 18 (the
 # bench's server): without it 18 reads ``claim_at``'s expression back for
-# every claimed row (``_sql/_common.claim_at_read_once``).
+# every claimed row (``_db/sql/claim.claim_at_read_once``).
 RAW_CLAIM = """
 UPDATE alkstore.jobs AS j
    SET status = 'processing', attempts = j.attempts + 1, worker_id = %(w)s,

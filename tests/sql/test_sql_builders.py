@@ -306,7 +306,7 @@ CLAIMS_SINCE_18 = [
 @pytest.mark.parametrize("build", CLAIMS_SINCE_18)
 def test_claims_for_18_name_parked_so_claim_at_is_read_once(build: Callable[[], Any]) -> None:
     # PostgreSQL 18 reads claim_at's stored expression back for every row of an
-    # UPDATE that names none of its inputs (_common.claim_at_read_once); the
+    # UPDATE that names none of its inputs (claim.claim_at_read_once); the
     # self-assignment is the whole fix, so dropping it only shows here.
     text = _compile(build()).string.split("UPDATE alkstore.jobs SET status=", 1)[1]
     assert "parked=alkstore.jobs.parked" in text and "run_at=" not in text

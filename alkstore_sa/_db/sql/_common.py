@@ -117,22 +117,6 @@ def lapsed() -> tuple[ColumnElement[bool], ColumnElement[bool]]:
     return jobs.c.deadline_floor <= NOW, jobs.c.claim_deadline <= NOW
 
 
-def claim_at_read_once() -> dict[str, ColumnElement[Any]]:
-    """A SET item for the claim's UPDATE on PostgreSQL 18 and later: ``parked``
-    to its own value (no row changes).
-
-    Why: when an UPDATE assigns none of the columns the generated ``claim_at``
-    is computed from, PostgreSQL 18 decides anew for every row it writes that
-    there is nothing to compute -- and reads ``claim_at``'s stored expression
-    back from its text each time (~1.7 us a row of a 100-job claim,
-    docs/benchmarks.md).  Naming ``parked`` makes it read the expression once
-    per statement and compute it per row, the same value.  Earlier servers
-    read it once a statement either way and would compute it for nothing
-    (~1 us a row on 15), so the claims for them (``claim_walk``) leave it out.
-    """
-    return {"parked": jobs.c.parked}
-
-
 def extend_claim(deadline: ColumnElement[Any]) -> dict[str, ColumnElement[Any]]:
     """A heartbeat's SET: the new deadline; the floor only ever comes down.
 
