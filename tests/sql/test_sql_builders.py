@@ -294,7 +294,8 @@ def test_claim_is_one_statement_skipping_locked_rows(build: Callable[[], Any]) -
     assert "statement_timestamp()" in text and "now()" not in text
 
 
-# The claims for PostgreSQL 18 and later (the limited ones end in the same UPDATE).
+# The claims in PostgreSQL 18's form: the unlimited ones for 18 and later, and the
+# limited ones (one form for every server; they end in the same UPDATE).
 CLAIMS_SINCE_18 = [
     claim.claim,
     claim.claim_bounded,

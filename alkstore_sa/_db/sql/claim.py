@@ -87,15 +87,7 @@ from sqlalchemy import (
 )
 
 from ...schema import jobs
-from ._common import (
-    LIVE,
-    NOW,
-    PENDING,
-    PROCESSING,
-    batch_param,
-    id_among,
-    this_queue,
-)
+from ._common import LIVE, NOW, PENDING, PROCESSING, batch_param, id_among, this_queue
 from .due import SKIP_SCAN_SINCE, due_from_walk, due_scan
 from .lapsed import LAPSED_EXHAUSTED_ERROR, bury_exhausted_of, lapsed_rows, reclaimable_of
 
@@ -167,6 +159,7 @@ def claim_at_read_once() -> dict[str, ColumnElement[Any]]:
     per statement and compute it per row, the same value.  Earlier servers
     read it once a statement either way and would compute it for nothing
     (~1 us a row on 15), so the claims for them (``claim_walk``) leave it out.
+    The limited claims (``flow_claim``) have one form, 18's, for every server.
     """
     return {"parked": jobs.c.parked}
 
