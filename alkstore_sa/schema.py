@@ -18,7 +18,6 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     Column,
-    Computed,
     DateTime,
     Identity,
     Index,
@@ -118,13 +117,6 @@ jobs = Table(
     # Parking (internal): a pending row out of the claim's index range: expired
     # (S3, ``_sql/claim.park``) or of a group at its limit (F3, ``flow_claim.py``).
     Column("parked", Boolean, nullable=False, server_default=text("false")),
-    # The claim index's time key: run_at, or +infinity once parked (computed).
-    Column(
-        "claim_at",
-        _TZ,
-        Computed("CASE WHEN parked THEN 'infinity'::timestamptz ELSE run_at END", persisted=True),
-        nullable=False,
-    ),
     # R1: how long the job is kept once acked (resolved at enqueue); NULL: deleted.
     Column("keep_completed", Interval),
     Column("grp", Text),  # F3: the job's group (EnqueueOpts.group), or NULL
@@ -137,8 +129,8 @@ jobs = Table(
         "status = 'pending' OR (worker_id IS NOT NULL AND claim_deadline IS NOT NULL)",
         name="claimed",
     ),
-    # run_at's range stays here: the generated claim_at reads run_at, and a
-    # column a generated column uses cannot change type (onto a domain).
+    # run_at's range: a table check since 0009 (the other times' ranges are
+    # their domain's since 0015, when a generated column still read run_at).
     CheckConstraint(f"run_at >= {_EARLIEST} AND run_at <= {_LATEST}", name="run_at"),
     # The claim's attempts + 1 never passes max_attempts (so never overflows):
     # a pending row has an attempt left.  No statement writes a row outside
@@ -147,13 +139,14 @@ jobs = Table(
         "attempts <= max_attempts AND (status <> 'pending' OR attempts < max_attempts)",
         name="attempts_left",
     ),
-    # The claim walks this in its ORDER BY (Q9) and stops at LIMIT.
-    # claim_at is run_at for every row a claim may take (see above).
+    # The claim walks this in its ORDER BY (Q9) and stops at LIMIT.  Parked rows
+    # come after their level's others, where a claim's scan (NOT parked) stops.
     Index(
         "jobs_claim_ix",
         "queue",
         text("priority DESC"),
-        "claim_at",
+        "parked",
+        "run_at",
         "id",
         postgresql_where=text("status = 'pending'"),
     ),

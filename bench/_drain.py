@@ -23,20 +23,17 @@ from ._progress import Bar
 # Raw psycopg: the same design written by hand, the least any client of this
 # table layout can do per batch: one SKIP LOCKED claim (UPDATE ... RETURNING
 # the rows, as a worker needs them) and one DELETE of the batch by id.  It
-# orders by ``claim_at``, the time key of ``jobs_claim_ix`` since revision 0008
-# (ordered by ``run_at``, as before, each claim sorted every pending row), and
-# sets ``parked`` to itself, as the library's claim does on PostgreSQL 18 (the
-# bench's server): without it 18 reads ``claim_at``'s expression back for
-# every claimed row (``_db/sql/claim.claim_at_read_once``).
+# takes unparked rows in ``jobs_claim_ix``'s order (queue, priority DESC,
+# parked, run_at, id; revision 0016), as the library's claim does.
 RAW_CLAIM = """
 UPDATE alkstore.jobs AS j
    SET status = 'processing', attempts = j.attempts + 1, worker_id = %(w)s,
        claim_deadline = statement_timestamp() + j.visibility_timeout,
-       deadline_floor = statement_timestamp() + j.visibility_timeout,
-       parked = j.parked
+       deadline_floor = statement_timestamp() + j.visibility_timeout
   FROM (SELECT id FROM alkstore.jobs
-         WHERE queue = %(q)s AND status = 'pending' AND claim_at <= statement_timestamp()
-         ORDER BY priority DESC, claim_at, id
+         WHERE queue = %(q)s AND status = 'pending' AND NOT parked
+           AND run_at <= statement_timestamp()
+         ORDER BY priority DESC, run_at, id
          LIMIT %(n)s
            FOR UPDATE SKIP LOCKED) AS c
  WHERE j.id = c.id

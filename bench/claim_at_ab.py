@@ -1,7 +1,9 @@
-"""S3's ``claim_at`` column on enqueue, A/B in one server: ``python -m bench.claim_at_ab``.
+"""``enqueue_many`` at revision 0007 against head, A/B: ``python -m bench.claim_at_ab``.
 
-Two schemas of one embedded server, one at revision 0007 (before S3) and
-one at head; rounds of ``enqueue_many`` (1,000 jobs x 20) alternate between
+Written for S3's generated ``claim_at`` column (0008; gone since 0016, so it
+now measures what 0008-0016 together cost an enqueue).  Two schemas of one
+embedded server, one at revision 0007 (before S3) and one at head; rounds of
+``enqueue_many`` (1,000 jobs x 20) alternate between
 them in ABBA order, the table truncated after each, so the machine's drift
 hits both alike.  Prints the medians and their ratio (head / 0007).
 """

@@ -60,15 +60,13 @@ def _insert_sql(assignments: str) -> str:
 
 
 def _every_job(url: URL) -> dict[str, list[dict[str, Any]]]:
-    """Every row of both tables but claim_at (+infinity once parked: never loaded) and
-    keep_completed (0011's, not there at 0008: the rows are compared across it)."""
+    """Every row of both tables but the columns later revisions added (keep_completed,
+    grp, workflow_id: not there at 0008, and the rows are compared across them)."""
     found = {}
     with connect(url) as conn:
         for table in (jobs, dead_jobs):
             columns = ", ".join(
-                c.name
-                for c in table.c
-                if c.name not in ("claim_at", "keep_completed", "grp", "workflow_id")
+                c.name for c in table.c if c.name not in ("keep_completed", "grp", "workflow_id")
             )
             rows = conn.execute(text(f"SELECT {columns} FROM alkstore.{table.name} ORDER BY id"))
             found[table.name] = [dict(r) for r in rows.mappings()]

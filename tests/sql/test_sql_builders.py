@@ -294,30 +294,27 @@ def test_claim_is_one_statement_skipping_locked_rows(build: Callable[[], Any]) -
     assert "statement_timestamp()" in text and "now()" not in text
 
 
-# The claims in PostgreSQL 18's form: the unlimited ones for 18 and later, and the
-# limited ones (one form for every server; they end in the same UPDATE).
-CLAIMS_SINCE_18 = [
+# Every claim: the unlimited ones (both forms) and the limited ones.
+EVERY_CLAIM = [
     claim.claim,
     claim.claim_bounded,
+    claim.claim_walk,
+    claim.claim_walk_bounded,
     lambda: flow_claim.claim_limited(),
     lambda: flow_claim.claim_concurrency(),
 ]
 
 
-@pytest.mark.parametrize("build", CLAIMS_SINCE_18)
-def test_claims_for_18_name_parked_so_claim_at_is_read_once(build: Callable[[], Any]) -> None:
-    # PostgreSQL 18 reads claim_at's stored expression back for every row of an
-    # UPDATE that names none of its inputs (claim.claim_at_read_once); the
-    # self-assignment is the whole fix, so dropping it only shows here.
-    text = _compile(build()).string.split("UPDATE alkstore.jobs SET status=", 1)[1]
-    assert "parked=alkstore.jobs.parked" in text and "run_at=" not in text
-
-
-@pytest.mark.parametrize("build", [claim.claim_walk, claim.claim_walk_bounded])
-def test_claims_before_18_leave_parked_alone(build: Callable[[], Any]) -> None:
-    # Before 18 the expression is read once a statement either way; naming
-    # parked would only compute claim_at for every claimed row.
-    assert "parked=" not in _compile(build()).string
+@pytest.mark.parametrize("build", EVERY_CLAIM)
+def test_s3_claims_take_unparked_rows_and_write_no_time_key(build: Callable[[], Any]) -> None:
+    # Parked rows lie after their level's others in jobs_claim_ix (revision
+    # 0016): every scan of due rows names NOT parked, and the UPDATE writes no
+    # column of the index's order (priority, parked, run_at).
+    text = _compile(build()).string
+    head, update = text.split("UPDATE alkstore.jobs SET status=", 1)
+    assert "NOT alkstore.jobs.parked" in head
+    assert "claim_at" not in text
+    assert not any(f"{c}=" in update for c in ("parked", "run_at", "priority"))
 
 
 @pytest.mark.parametrize("build", CLAIMS)
@@ -403,8 +400,8 @@ def test_rows_read_by_position_come_in_live_column_order() -> None:
     got = tuple(queue_wide.get_job().selected_columns.keys())
     assert got == (*LIVE_COLUMNS, *extras, "waiting_on")
     # jobs.* is the live columns plus internal ones never read back: deadline_floor
-    # (H1), parked and claim_at (S3).
-    internal = {"deadline_floor", "parked", "claim_at"}
+    # (H1) and parked (S3).
+    internal = {"deadline_floor", "parked"}
     assert tuple(c.name for c in jobs.c if c.name not in internal) == LIVE_COLUMNS
 
 

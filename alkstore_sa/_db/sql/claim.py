@@ -8,7 +8,7 @@ Shape (Q8-Q12, O4)::
       exhausted_moved AS (DELETE the exhausted ones among lapsed_rows, locked
                        by id with SKIP LOCKED and re-checked, RETURNING *),
       exhausted AS (INSERT INTO dead_jobs SELECT ... FROM exhausted_moved),
-      due       AS (pending, due, unexpired rows in claim order, LIMIT :n,
+      due       AS (pending, unparked, due, unexpired rows in claim order, LIMIT :n,
                     FOR UPDATE SKIP LOCKED: one ordered scan (``claim``) or
                     a walk over priority levels (``claim_walk``)),
       lapsed    AS (the first :n of lapsed_rows with attempts left, by id,
@@ -16,7 +16,6 @@ Shape (Q8-Q12, O4)::
       picked    AS (the first :n of due UNION ALL lapsed, same order)
     UPDATE jobs SET status='processing', attempts=attempts+1, worker_id=:worker_id,
                     claim_deadline=deadline_floor=now+visibility_timeout
-                    [, parked=parked: PostgreSQL 18, claim_at_read_once]
     WHERE jobs.id = ANY(ARRAY(SELECT id FROM picked)) RETURNING (the live columns)
 
 Both row sources (lapsed_rows and the due rows) also require ``NOT EXISTS
@@ -31,7 +30,7 @@ one exception at the end (docs/design.md "The claim's cost in every
 backlog shape" has the EXPLAIN figures and the designs rejected):
 
 - not-yet-due rows that outrank the due ones: ``jobs_claim_ix`` (queue,
-  priority DESC, claim_at, id) WHERE pending is read as a loose index scan,
+  priority DESC, parked, run_at, id) WHERE pending is read as a loose index scan,
   one priority level at a time, stopping at the LIMIT.  PostgreSQL 18's
   B-tree skip scan does that by itself for the single ordered scan
   (``claim``: 125 buffers, 0.18 ms per claim at 1M such rows, as on an
@@ -53,10 +52,9 @@ backlog shape" has the EXPLAIN figures and the designs rejected):
   ``run_at``, only the row's ``expires_at`` rules them out, so until
   parked each is read on the heap by every claim.  Claims park them
   (``park``, at most every second per queue object, ``_park.py``): a parked
-  row is still pending and expired for every reader, but its ``claim_at``
-  (the index's time key: ``run_at``, or +infinity once parked) puts it past
-  the due range.  The scans order by ``claim_at``, which is ``run_at`` for
-  every row they may take.
+  row is still pending and expired for every reader, but it lies after
+  its level's unparked rows in ``jobs_claim_ix`` and the scans take only
+  ``NOT parked`` rows (an index condition), so no claim reads it again.
 
 Not flat: under a transaction held open, the dead entries every claimed
 job leaves at the head of its level in ``jobs_claim_ix``, where the
@@ -110,12 +108,10 @@ def claim_of(
     sized: bool = False,
     guard: ColumnElement[bool] | None = None,
     limit: ColumnElement[Any] | None = None,
-    since_18: bool = True,
 ) -> Update:
     """The claim of ``due`` and the lapsed rows: at most ``limit`` (default ``:n``) of
     them in claim order.  ``guard``: the settings-row condition of the lapsed rows'
-    scan (default: not paused); the limited claim's (F2) passes its own.
-    ``since_18``: the UPDATE in PostgreSQL 18's form (``claim_at_read_once``)."""
+    scan (default: not paused); the limited claim's (F2) passes its own."""
     lapsed = lapsed_rows(guard)
     both = union_all(due, select(reclaimable_of(lapsed, sized))).subquery("both")
     order = (both.c.priority.desc(), both.c.run_at, both.c.id)
@@ -124,13 +120,12 @@ def claim_of(
         picked = within_bytes(both, order, cap)
     else:
         picked = select(both.c.id).order_by(*order).limit(cap).cte("picked")
-    return claim_picked(picked, lapsed, since_18)
+    return claim_picked(picked, lapsed)
 
 
-def claim_picked(picked: CTE, lapsed: CTE, since_18: bool = True) -> Update:
+def claim_picked(picked: CTE, lapsed: CTE) -> Update:
     """The claim of the ``picked`` ids (Q8, Q11), lapsed rows at their last attempt
     buried in the same statement (Q12): the unlimited and the limited claim's end."""
-    for_server = claim_at_read_once() if since_18 else {}
     return (
         update(jobs)
         .where(id_among(select(picked.c.id)))
@@ -140,28 +135,10 @@ def claim_picked(picked: CTE, lapsed: CTE, since_18: bool = True) -> Update:
             worker_id=bindparam("p_worker_id", type_=Text),
             claim_deadline=NOW + jobs.c.visibility_timeout,
             deadline_floor=NOW + jobs.c.visibility_timeout,
-            **for_server,
         )
         .returning(*LIVE)
         .add_cte(bury_exhausted_of(lapsed))
     )
-
-
-def claim_at_read_once() -> dict[str, ColumnElement[Any]]:
-    """A SET item for the claim's UPDATE on PostgreSQL 18 and later: ``parked``
-    to its own value (no row changes).
-
-    Why: when an UPDATE assigns none of the columns the generated ``claim_at``
-    is computed from, PostgreSQL 18 decides anew for every row it writes that
-    there is nothing to compute -- and reads ``claim_at``'s stored expression
-    back from its text each time (~1.7 us a row of a 100-job claim,
-    docs/benchmarks.md).  Naming ``parked`` makes it read the expression once
-    per statement and compute it per row, the same value.  Earlier servers
-    read it once a statement either way and would compute it for nothing
-    (~1 us a row on 15), so the claims for them (``claim_walk``) leave it out.
-    The limited claims (``flow_claim``) have one form, 18's, for every server.
-    """
-    return {"parked": jobs.c.parked}
 
 
 def within_bytes(
@@ -219,7 +196,7 @@ def claim() -> Update:
 @cache
 def claim_walk() -> Update:
     """``claim`` with the due rows found by ``_due_walk``: flat before PostgreSQL 18 too."""
-    return claim_of(due_from_walk(), since_18=False)
+    return claim_of(due_from_walk())
 
 
 @cache
@@ -228,10 +205,11 @@ def park() -> Update:
 
     A parked row keeps its status, its expiry and every field a caller
     reads: it is still pending, still counted expired, and still moved to
-    dead by ``sweep_expired()`` (Q25).  Only its ``claim_at`` becomes
-    +infinity, which takes it out of the due range of ``jobs_claim_ix``:
-    claims stop reading it (until parked, each claim reads every expired row
-    that outranks the due ones, on the heap, to see its ``expires_at``).
+    dead by ``sweep_expired()`` (Q25).  Only ``parked`` changes, which moves
+    it past its level's claimable rows in ``jobs_claim_ix``, where the
+    claims' scans (``NOT parked``) do not go: claims stop reading it
+    (until parked, each claim reads every expired row that outranks the due
+    ones, on the heap, to see its ``expires_at``).
     Found through ``jobs_park_ix``, which holds only unparked expired
     candidates, so a park with nothing to do is one index descent.  Rows
     another transaction holds are skipped: the next park takes them.
@@ -265,4 +243,4 @@ def claim_bounded() -> Update:
 @cache
 def claim_walk_bounded() -> Update:
     """``claim_walk`` under a byte bound (``claim_bounded``)."""
-    return claim_of(due_from_walk(sized=True), sized=True, since_18=False)
+    return claim_of(due_from_walk(sized=True), sized=True)

@@ -60,16 +60,19 @@ def candidate_keys(sized: bool) -> tuple[ColumnElement[Any], ...]:
 def due_walk() -> CTE:
     """Q9/Q10: the first ``:n`` due rows in claim order, locked -- one priority level at a time.
 
-    A loose index scan of ``jobs_claim_ix`` (queue, priority DESC, run_at,
-    id) WHERE pending.  Each step of the recursion:
+    A loose index scan of ``jobs_claim_ix`` (queue, priority DESC, parked,
+    run_at, id) WHERE pending.  Each step of the recursion:
 
     - ``level``: the first pending row (in index order) below the previous
       level's priority -- one index descent, whatever lies in that level;
-    - ``got``: that level's due, unexpired rows from that row on, in
-      (run_at, id) order, up to the ``:n`` still missing, FOR UPDATE SKIP
-      LOCKED.  Its scan starts at the level's first row (a row
+      unparked rows come first in a level, so it is parked only when the
+      whole level is;
+    - ``got``: that level's unparked, due, unexpired rows from that row on,
+      in (run_at, id) order, up to the ``:n`` still missing, FOR UPDATE
+      SKIP LOCKED.  Its scan starts at the level's first row (a row
       comparison, so it does not walk again what ``level`` walked) and
-      ends at ``run_at <= now``: a level's not-yet-due rows are never read.
+      ends at ``run_at <= now``: a level's not-yet-due rows and its parked
+      rows are never read.
 
     The recursion stops once ``:n`` rows are held (``found``) or no level
     is left, so it costs two descents per priority level above the last
@@ -88,13 +91,13 @@ def due_walk() -> CTE:
     prev = walk.alias("prev")
     head = jobs.alias("head")
     level = (
-        select(head.c.priority, head.c.claim_at, head.c.id)
+        select(head.c.priority, head.c.run_at, head.c.id)
         .where(
             head.c.queue == bindparam("p_queue", type_=Text),
             head.c.status == PENDING,
             head.c.priority < prev.c.p,
         )
-        .order_by(head.c.priority.desc(), head.c.claim_at, head.c.id)
+        .order_by(head.c.priority.desc(), head.c.parked, head.c.run_at, head.c.id)
         .limit(literal(1, type_=Integer))
         .lateral("level")
     )
@@ -103,12 +106,13 @@ def due_walk() -> CTE:
         .where(
             this_queue(),
             jobs.c.status == PENDING,
+            ~jobs.c.parked,
             jobs.c.priority == level.c.priority,
-            tuple_(jobs.c.claim_at, jobs.c.id) >= tuple_(level.c.claim_at, level.c.id),
-            jobs.c.claim_at <= NOW,
+            tuple_(jobs.c.run_at, jobs.c.id) >= tuple_(level.c.run_at, level.c.id),
+            jobs.c.run_at <= NOW,
             unexpired(),
         )
-        .order_by(jobs.c.claim_at, jobs.c.id)
+        .order_by(jobs.c.run_at, jobs.c.id)
         .limit(batch_param() - prev.c.found)
         .with_for_update(skip_locked=True)
         .correlate(prev, level)
@@ -133,10 +137,11 @@ def due_scan(sized: bool = False, guard: ColumnElement[bool] | None = None) -> S
     """The first ``:n`` due rows in claim order, locked: one ordered scan of ``jobs_claim_ix``.
 
     For PostgreSQL 18 and later, whose B-tree skip scan makes this one scan
-    a loose index scan by itself: with ``queue =`` and ``run_at <=`` as index
-    conditions and ``priority`` between them unconstrained, the scan skips
-    from one priority value to the next (EXPLAIN shows ``Index Searches``),
-    so a level's not-yet-due rows are never read -- at one descent per
+    a loose index scan by itself: with ``queue =``, ``NOT parked`` and
+    ``run_at <=`` as index conditions and ``priority`` between them
+    unconstrained, the scan skips from one priority value to the next
+    (EXPLAIN shows ``Index Searches``), so a level's not-yet-due rows and
+    its parked rows are never read -- at one descent per
     level, cheaper than the explicit walk and planned with one relation
     less.  Before 18 the same scan reads every pending row that outranks
     the due ones (``claim_walk``).  ``guard``: the condition on the queue's
@@ -148,10 +153,11 @@ def due_scan(sized: bool = False, guard: ColumnElement[bool] | None = None) -> S
             this_queue(),
             unexpired(),
             jobs.c.status == PENDING,
-            jobs.c.claim_at <= NOW,
+            ~jobs.c.parked,
+            jobs.c.run_at <= NOW,
             not_paused() if guard is None else guard,
         )
-        .order_by(jobs.c.priority.desc(), jobs.c.claim_at, jobs.c.id)
+        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
         .limit(batch_param())
         .with_for_update(skip_locked=True)
         .cte("due")

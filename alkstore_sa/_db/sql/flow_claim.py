@@ -97,11 +97,12 @@ def claim_limited(bounded: bool = False) -> Update:
             this_queue(),
             unexpired(),
             jobs.c.status == PENDING,
-            jobs.c.claim_at <= NOW,
+            ~jobs.c.parked,
+            jobs.c.run_at <= NOW,
             jobs.c.grp.is_(None) | gconc.is_(None) | jobs.c.grp.not_in(blocked),
             guard,
         )
-        .order_by(jobs.c.priority.desc(), jobs.c.claim_at, jobs.c.id)
+        .order_by(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
         .limit(n)
         .with_for_update(skip_locked=True)
         .cte("due")

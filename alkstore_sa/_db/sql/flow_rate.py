@@ -183,7 +183,7 @@ def _group_wait(began: Any) -> Any:
             jobs.c.grp == full.c.grp,
             jobs.c.status == PENDING,
             ~jobs.c.parked,
-            jobs.c.claim_at <= NOW,
+            jobs.c.run_at <= NOW,
         )
     )
     return (
