@@ -70,11 +70,11 @@ _TZ = DateTime(timezone=True)
 # A claim could not hand out a row outside these: it failed to load, or
 # made the claim itself fail on the server.  PostgreSQL reads every table
 # check back and plans it once per statement that writes the table, so
-# they are few and short: on jobs, the checks of one column each live on
-# domains (migration 0015: loadable_time on created_at, expires_at,
-# claim_deadline and deadline_floor, visibility_timeout, error_history on
-# errors), planned once per connection and run only on the columns a
-# statement assigns.  Like fillfactor and the workflow triggers, the
+# they are few and short: on jobs, the time, timeout and errors checks live
+# on domains (migrations 0015 and 0017: loadable_time on run_at,
+# created_at, expires_at, claim_deadline and deadline_floor,
+# visibility_timeout, error_history on errors), planned once per connection
+# and run only on the columns a statement assigns.  Like fillfactor and the workflow triggers, the
 # domains come from the migrations, not from this MetaData (the columns'
 # types here are the domains' base types, which is what statements need).
 # LEAST/GREATEST skip NULLs, and a CHECK passes on NULL.
@@ -129,9 +129,6 @@ jobs = Table(
         "status = 'pending' OR (worker_id IS NOT NULL AND claim_deadline IS NOT NULL)",
         name="claimed",
     ),
-    # run_at's range: a table check since 0009 (the other times' ranges are
-    # their domain's since 0015, when a generated column still read run_at).
-    CheckConstraint(f"run_at >= {_EARLIEST} AND run_at <= {_LATEST}", name="run_at"),
     # The claim's attempts + 1 never passes max_attempts (so never overflows):
     # a pending row has an attempt left.  No statement writes a row outside
     # this: a retry, release or lapse at the last attempt moves it to dead.
