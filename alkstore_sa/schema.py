@@ -74,9 +74,10 @@ _TZ = DateTime(timezone=True)
 # on domains (migrations 0015 and 0017: loadable_time on run_at,
 # created_at, expires_at, claim_deadline and deadline_floor,
 # visibility_timeout, error_history on errors), planned once per connection
-# and run only on the columns a statement assigns.  Like fillfactor and the workflow triggers, the
-# domains come from the migrations, not from this MetaData (the columns'
-# types here are the domains' base types, which is what statements need).
+# and run only on the columns a statement assigns.  Like fillfactor and the
+# workflow triggers, the domains come from the migrations, not from this
+# MetaData (the columns' types here are the domains' base types, which is
+# what statements need).
 # LEAST/GREATEST skip NULLs, and a CHECK passes on NULL.
 _EARLIEST = "'0001-01-02 00:00:00+00'::timestamptz"
 _LATEST = "'9999-12-30 00:00:00+00'::timestamptz"
