@@ -10,9 +10,10 @@ the way down must restore 0014's constraints as they were.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from alembic import command
+from alembic.config import Config
 from sqlalchemy import URL, Connection, text
 from sqlalchemy.exc import DBAPIError
 
@@ -131,16 +132,28 @@ def test_m1_domain_checks_refuse_and_allow_exactly_what_0014s_checks_did(
     )
 
 
-def test_m1_domain_checks_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:
-    cfg = alembic_config(url=blank_database)
-    command.upgrade(cfg, BEFORE)
-    with connect(blank_database) as conn:
+class InUse(NamedTuple):
+    """A store in use at some revision, as a revision test compares it up and down."""
+
+    checks: dict[str, Any]  # every check of the schema, tables' and domains'
+    tree: int  # the length of jobs' table checks' stored trees
+    filenode: int  # jobs' file: the same unless the table was rewritten
+    jobs: dict[str, list[dict[str, Any]]]  # every live and dead job
+
+
+def in_use_at(cfg: Config, url: URL, revision: str) -> InUse:
+    """Migrate to ``revision``, write live and dead jobs, and take their ``InUse``."""
+    command.upgrade(cfg, revision)
+    with connect(url) as conn:
         _live_rows(conn)
         conn.commit()
-        table_checks = _checks(conn)
-        tree = _tree_size(conn, "jobs")
-        filenode = _filenode(conn)
-    jobs = _every_job(blank_database)
+        found = (_checks(conn), _tree_size(conn, "jobs"), _filenode(conn))
+    return InUse(*found, _every_job(url))
+
+
+def test_m1_domain_checks_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:
+    cfg = alembic_config(url=blank_database)
+    table_checks, tree, filenode, jobs = in_use_at(cfg, blank_database, BEFORE)
 
     command.upgrade(cfg, REVISION)
     assert _every_job(blank_database) == jobs

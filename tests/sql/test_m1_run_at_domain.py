@@ -13,8 +13,8 @@ from sqlalchemy import URL
 
 from alkstore_sa.migrations._config import alembic_config
 
-from .test_m1_compact_checks import _checks, _live_rows, _tree_size
-from .test_m1_domain_checks import DOMAIN_COLUMNS, _domains, _filenode, _verdicts
+from .test_m1_compact_checks import _checks, _tree_size
+from .test_m1_domain_checks import DOMAIN_COLUMNS, _domains, _filenode, _verdicts, in_use_at
 from .test_m1_row_checks import _every_job
 from .test_migrations import connect
 
@@ -37,14 +37,7 @@ def test_m1_run_at_domain_refuses_and_allows_exactly_what_0016_did(blank_databas
 
 def test_m1_run_at_domain_revision_keeps_every_job_up_and_down(blank_database: URL) -> None:
     cfg = alembic_config(url=blank_database)
-    command.upgrade(cfg, BEFORE)
-    with connect(blank_database) as conn:
-        _live_rows(conn)
-        conn.commit()
-        table_checks = _checks(conn)
-        tree = _tree_size(conn, "jobs")
-        filenode = _filenode(conn)
-    jobs = _every_job(blank_database)
+    table_checks, tree, filenode, jobs = in_use_at(cfg, blank_database, BEFORE)
 
     command.upgrade(cfg, REVISION)
     assert _every_job(blank_database) == jobs

@@ -296,10 +296,7 @@ def test_claim_is_one_statement_skipping_locked_rows(build: Callable[[], Any]) -
 
 # Every claim: the unlimited ones (both forms) and the limited ones.
 EVERY_CLAIM = [
-    claim.claim,
-    claim.claim_bounded,
-    claim.claim_walk,
-    claim.claim_walk_bounded,
+    *CLAIMS,
     lambda: flow_claim.claim_limited(),
     lambda: flow_claim.claim_concurrency(),
 ]
