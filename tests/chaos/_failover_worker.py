@@ -17,10 +17,9 @@ commits with the ack, so the new primary says which jobs' work it has.
 # ruff: noqa: E402 -- the SIGTERM handler below must come before the slow imports
 from __future__ import annotations
 
-import signal
-import sys
+from tests.chaos import _early_stop
 
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # see _worker_main.py
+_early_stop.install()  # see _worker_main.py
 
 import asyncio
 import faulthandler
@@ -28,6 +27,8 @@ import json
 import logging
 import os
 import random
+import signal
+import sys
 import time
 from typing import Any
 
@@ -92,7 +93,9 @@ def run_sync(cfg: dict[str, Any], runs: Ledger, acks: Ledger) -> None:
         session.execute(EFFECT, _row(job))
 
     queue = Store(engine).queue(cfg["queue"])
-    Worker({queue: handler}, **_worker_kw(cfg)).run()
+    worker = Worker({queue: handler}, **_worker_kw(cfg))
+    _early_stop.hand_to(worker)
+    worker.run()
     engine.dispose()
 
 
@@ -106,7 +109,9 @@ async def run_async(cfg: dict[str, Any], runs: Ledger, acks: Ledger) -> None:
         await session.execute(EFFECT, _row(job))
 
     queue = AsyncStore(engine).queue(cfg["queue"])
-    await AsyncWorker({queue: handler}, **_worker_kw(cfg)).run()
+    worker = AsyncWorker({queue: handler}, **_worker_kw(cfg))
+    _early_stop.hand_to(worker)
+    await worker.run()
     await engine.dispose()
 
 

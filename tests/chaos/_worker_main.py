@@ -15,15 +15,12 @@ job stamped with ``keep_completed`` keeps (R1/R2).
 from __future__ import annotations
 
 import signal
-import sys
 
-# A SIGTERM that lands while this process is still importing (it takes
-# ~0.7 s on a loaded box; the tests stop a just-respawned worker at once when
-# the queue empties) would kill it with -15 before Worker.run() installs its
-# own handler.  A worker told to stop before it started has nothing in
-# flight: exit 0, as a graceful stop would.  run() replaces this handler
-# while it runs and restores it on return.
-signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+from tests.chaos import _early_stop
+
+# SIGTERM may land while this process is still importing (~0.7 s on a
+# loaded box): remembered, and handed to the worker once it exists.
+_early_stop.install()
 
 import faulthandler
 
@@ -38,6 +35,7 @@ import os
 import random
 import resource
 import socket
+import sys
 import time
 from typing import Any
 
@@ -152,7 +150,9 @@ def run_sync(cfg: dict[str, Any]) -> dict[str, Any]:
     store = Store(engine)
     queue = store.queue(cfg["queue"], _opts(cfg))
     handler = session_handler if cfg.get("session", True) else plain_handler
-    Worker({queue: handler}, **_worker_kw(cfg)).run()
+    worker = Worker({queue: handler}, **_worker_kw(cfg))
+    _early_stop.hand_to(worker)
+    worker.run()
     report = {"checkedout": engine.pool.checkedout(), "pool": engine.pool.status()}
     engine.dispose()
     recorder.dispose()
@@ -187,7 +187,9 @@ async def run_async(cfg: dict[str, Any]) -> dict[str, Any]:
     store = AsyncStore(engine)
     queue = store.queue(cfg["queue"], _opts(cfg))
     handler = session_handler if cfg.get("session", True) else plain_handler
-    await AsyncWorker({queue: handler}, **_worker_kw(cfg)).run()
+    worker = AsyncWorker({queue: handler}, **_worker_kw(cfg))
+    _early_stop.hand_to(worker)
+    await worker.run()
     report = {"checkedout": engine.sync_engine.pool.checkedout()}
     await engine.dispose()
     await recorder.dispose()
