@@ -15,11 +15,10 @@ down).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 
-from ._state import QueueState, RunState, Slot, reraise_if_cancelled
+from ._state import QueueState, RunState, Slot, reraise_if_cancelled, wait_until
 
 __all__ = ["BEAT_FRACTION", "BEAT_RETRY", "Heartbeats"]
 
@@ -56,8 +55,7 @@ class Heartbeats:
             if wait > 0:
                 self._wakes_at = now + wait
                 self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), wait)
+                await wait_until(self._changed, self._wakes_at)
                 continue
             self._wakes_at = 0.0  # beating: whatever starts meanwhile re-checks
             await asyncio.gather(*(self._beat(qs) for qs in self._run.queues))

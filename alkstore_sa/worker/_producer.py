@@ -51,7 +51,6 @@ lapsed already.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import math
@@ -60,7 +59,7 @@ from datetime import UTC, datetime
 from .._extras.instrument import notify
 from .._values.job import Job
 from ._executor import Executor
-from ._state import QueueState, RunState, reraise_if_cancelled
+from ._state import QueueState, RunState, reraise_if_cancelled, wait_until
 
 __all__ = ["BACKOFF_CAP", "CLAIM_TIMEOUT", "SETTLE_CAP", "Producer"]
 
@@ -135,10 +134,7 @@ class Producer:
                 next_poll = now + poll_interval
                 continue
             qs.signal.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    qs.signal.wait(), min(next_poll, settle_at, qs.next_due) - now
-                )
+            await wait_until(qs.signal, min(next_poll, settle_at, qs.next_due))
 
     async def _claim(self, n: int) -> None:
         qs = self._qs

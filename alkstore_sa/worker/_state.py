@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import heapq
 import math
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ __all__ = [
     "Slot",
     "WorkerHealth",
     "reraise_if_cancelled",
+    "wait_until",
 ]
 
 SETTLE_FIRST = 0.002  # a backlog's free slot waits about one claim round trip (seconds)
@@ -33,6 +35,19 @@ SETTLE_FIRST = 0.002  # a backlog's free slot waits about one claim round trip (
 # claims one batch ahead of its free slots, so a claim's round trip overlaps
 # the running handlers instead of following them.
 AHEAD_MAX_RUN = 0.02
+
+
+async def wait_until(event: asyncio.Event, deadline: float) -> None:
+    """Wait for ``event`` to be set, or until loop time ``deadline``.
+
+    Not ``asyncio.wait_for``: before Python 3.12 it runs the wait in a task
+    of its own, so a ``set()`` reaches the waiter two loop passes later --
+    on the wake path (L1) the producer's idle wait and the heartbeats' wait,
+    which every newly held job ends.
+    """
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout_at(deadline):
+            await event.wait()
 
 
 def reraise_if_cancelled(exc: Exception) -> None:

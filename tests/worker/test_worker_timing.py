@@ -21,7 +21,7 @@ from alkstore_sa._calls.core import QueueCore
 from alkstore_sa._values.stamps import backoff_bounds
 from alkstore_sa.worker import _producer
 from alkstore_sa.worker._handlers import inspect_handler
-from alkstore_sa.worker._state import QueueBinding, RunState
+from alkstore_sa.worker._state import QueueBinding, RunState, wait_until
 from alkstore_sa.worker._supervisor import Supervisor
 
 from .. import _fakeclock
@@ -734,5 +734,45 @@ def test_b5_a_claim_with_no_reply_is_abandoned_and_claims_go_on(
         assert port.started[:2] == pytest.approx([0.0, ended + 0.05], abs=0.001)
         assert "no reply within 1s; connection dropped" in caplog.text
         assert not db.rows  # the retry claimed it and it ran
+
+    _run(scenario())
+
+
+# -- L1: the wake path's loop passes ---------------------------------------------------
+
+
+def test_l1_a_set_event_reaches_the_waiter_in_one_loop_pass() -> None:
+    """The producer's and the heartbeats' waits (``wait_until``): a ``set()``
+    resumes the waiter on the loop's next pass, not two later as a wait in a
+    task of its own (``asyncio.wait_for`` before Python 3.12) would."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        event = asyncio.Event()
+        resumed: list[int] = []
+        passes = 0
+
+        async def waiter() -> None:
+            await wait_until(event, loop.time() + 60.0)
+            resumed.append(passes)
+
+        task = loop.create_task(waiter())
+        await asyncio.sleep(0)  # the waiter is now waiting
+        event.set()
+        while not resumed:
+            await asyncio.sleep(0)  # one pass of the loop
+            passes += 1
+        await task
+        assert resumed == [0]  # it ran before this task's first pass after set() ended
+
+    _run(scenario())
+
+
+def test_l1_wait_until_returns_at_its_deadline_when_nothing_is_set() -> None:
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        event = asyncio.Event()
+        await wait_until(event, 7.5)
+        assert loop.time() == 7.5 and not event.is_set()
 
     _run(scenario())
