@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import URL, Engine, create_engine, text
+from sqlalchemy import event as sa_event
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
@@ -447,6 +448,30 @@ def test_r_timeouts_a_worker_backs_off_while_lock_timeout_fails_its_claims_and_g
     assert any("claim on w failed" in m and "lock timeout" in m for m in warnings), warnings
 
 
+def _idle_timeout_after_first_connect(build: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``build`` on a store whose engine sets a 250 ms idle-in-transaction timeout
+    on each new connection once SQLAlchemy's first-connect queries are done.
+
+    Given at connect time (``engine_kw``), a timeout this short can end the
+    dialect's own first-connect transaction on a loaded machine (seen in CI:
+    the worker then failed its start, not the handler's session)."""
+
+    def with_timeout(store: Any) -> Any:
+        engine = getattr(store.engine, "sync_engine", store.engine)
+
+        def on_connect(dbapi_connection: Any, _record: Any) -> None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute("SET idle_in_transaction_session_timeout = '250ms'")
+            cursor.close()
+            dbapi_connection.commit()
+
+        # Pool "connect" listeners run after the engine's first-connect one.
+        sa_event.listen(engine, "connect", on_connect)
+        return build(store)
+
+    return with_timeout
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_r_timeouts_a_session_handler_killed_idle_in_transaction_is_retried(
     kind: str, database_url: URL, admin: Engine, caplog: pytest.LogCaptureFixture
@@ -487,12 +512,7 @@ def test_r_timeouts_a_session_handler_killed_idle_in_transaction_is_retried(
 
         fn = slow_then_fast_async
 
-    running = start_worker(
-        kind,
-        database_url,
-        _worker(kind, fn),
-        **engine_kw(kind, idle_in_transaction_session_timeout="250ms"),
-    )
+    running = start_worker(kind, database_url, _idle_timeout_after_first_connect(_worker(kind, fn)))
     seed = Store(create_engine(database_url, poolclass=NullPool))
     try:
         job_id = seed.queue("w").enqueue(b"job")
