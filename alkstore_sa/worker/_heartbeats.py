@@ -18,7 +18,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from ._state import QueueState, RunState, Slot, reraise_if_cancelled, wait_until
+from ._state import QueueState, RunState, Slot, reraise_if_cancelled
 
 __all__ = ["BEAT_FRACTION", "BEAT_RETRY", "Heartbeats"]
 
@@ -33,8 +33,8 @@ IDLE_WAIT = 3600.0  # nothing held: sleep until a claim arrives
 class Heartbeats:
     def __init__(self, run: RunState) -> None:
         self._run = run
-        self._changed = asyncio.Event()
         self._wakes_at = 0.0  # when the task wakes next (loop time); 0 while beating
+        self._sleep: asyncio.Timeout | None = None  # the task's sleep, while it sleeps
         # C1: told the ids of lost claims whose jobs have no row left (cancelled).
         self.on_gone: Callable[[QueueState, set[int]], None] | None = None
 
@@ -42,8 +42,14 @@ class Heartbeats:
         """Schedule ``slot``'s first beat (call once it is in its queue's ``held``)."""
         slot.beat_every = max(slot.job.visibility_timeout * BEAT_FRACTION, MIN_BEAT)
         slot.next_beat = self._run.loop.time() + slot.beat_every
-        if slot.next_beat < self._wakes_at:  # only an earlier beat needs the task woken
-            self._changed.set()
+        if slot.next_beat < self._wakes_at:
+            # The sleep's end moves earlier; the task is not woken: it has
+            # nothing to do before then, and a wake here would take a loop
+            # pass beside the handler's start, on the wake path (L1).
+            self._wakes_at = slot.next_beat
+            sleep = self._sleep
+            if sleep is not None and not sleep.expired():
+                sleep.reschedule(slot.next_beat)
 
     async def run(self) -> None:
         """Beat until cancelled."""
@@ -54,8 +60,13 @@ class Heartbeats:
             wait = min(s.next_beat for s in beating) - now if beating else IDLE_WAIT
             if wait > 0:
                 self._wakes_at = now + wait
-                self._changed.clear()
-                await wait_until(self._changed, self._wakes_at)
+                try:
+                    async with asyncio.timeout_at(self._wakes_at) as self._sleep:
+                        await loop.create_future()  # until the (movable) deadline
+                except TimeoutError:
+                    pass
+                finally:
+                    self._sleep = None
                 continue
             self._wakes_at = 0.0  # beating: whatever starts meanwhile re-checks
             await asyncio.gather(*(self._beat(qs) for qs in self._run.queues))

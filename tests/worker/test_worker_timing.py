@@ -11,6 +11,7 @@ other worker tests against PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 
@@ -190,6 +191,24 @@ def test_q27_heartbeats_every_third_of_the_visibility_timeout_while_the_handler_
         await run_for(sup, [bind(db, sleeper(9.5))], FakeBackend(listen_after=0.0), stop_at=11.0)
         assert db.times("heartbeat") == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
         assert db.times("ack") == [9.5] and not db.rows  # never lapsed: acked
+
+    _run(scenario())
+
+
+def test_q27_a_job_claimed_while_the_heartbeats_sleep_is_beaten_at_its_own_pace() -> None:
+    """The heartbeats sleep until the first job's beat (t=10); a job claimed at t=2
+    with a shorter visibility timeout moves that sleep's end (not a wake of the
+    task: L1), and is beaten from t=3 on."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        db = FakeDB(loop)
+        db.enqueue(visibility_timeout=30.0, notify=False)
+        loop.call_at(2.0, functools.partial(db.enqueue, visibility_timeout=3.0))
+        sup = Supervisor(settings(poll_interval=60.0))
+        await run_for(sup, [bind(db, sleeper(5.5))], FakeBackend(listen_after=0.0), stop_at=9.0)
+        assert db.times("heartbeat") == [3.0, 4.0, 5.0, 6.0, 7.0]
+        assert db.times("ack") == [5.5, 7.5] and not db.rows
 
     _run(scenario())
 
