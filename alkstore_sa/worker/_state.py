@@ -42,8 +42,7 @@ async def wait_until(event: asyncio.Event, deadline: float) -> None:
 
     Not ``asyncio.wait_for``: before Python 3.12 it runs the wait in a task
     of its own, so a ``set()`` reaches the waiter two loop passes later --
-    on the wake path (L1) the producer's idle wait and the heartbeats' wait,
-    which every newly held job ends.
+    on the wake path (L1), for the producer's idle wait.
     """
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout_at(deadline):

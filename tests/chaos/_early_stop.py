@@ -3,12 +3,12 @@
 The harness stops a just-respawned worker at once when its queue empties,
 so SIGTERM may land while the process is still importing or starting.
 ``sys.exit`` from a handler raises wherever the main thread happens to be
--- inside ``threading.Thread.start`` (then "release unlocked lock", exit 1)
-or inside a library's clean-up -- so the handler here only remembers the
-signal, and ``hand_to`` turns it into ``worker.stop()``: a worker told to
-stop before it started stops as soon as it starts, with nothing in flight,
-and exits 0 like any graceful stop.  ``run()`` installs its own handler while
-it runs and puts ``hand_to``'s back on return.
+-- inside ``threading.Thread.start``, say (then "release unlocked lock",
+exit 1) -- so the handler here only remembers the signal, and ``hand_to``
+turns it into ``worker.stop()``: a worker told to stop before it started
+stops as soon as it starts, with nothing in flight, and exits 0 like any
+graceful stop.  ``run()`` installs its own handler while it runs and puts
+``hand_to``'s back on return.
 """
 
 from __future__ import annotations

@@ -761,9 +761,9 @@ def test_b5_a_claim_with_no_reply_is_abandoned_and_claims_go_on(
 
 
 def test_l1_a_set_event_reaches_the_waiter_in_one_loop_pass() -> None:
-    """The producer's and the heartbeats' waits (``wait_until``): a ``set()``
-    resumes the waiter on the loop's next pass, not two later as a wait in a
-    task of its own (``asyncio.wait_for`` before Python 3.12) would."""
+    """The producer's idle wait (``wait_until``): a ``set()`` resumes the waiter
+    on the loop's next pass, not two later as a wait in a task of its own
+    (``asyncio.wait_for`` before Python 3.12) would."""
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
