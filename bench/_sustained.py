@@ -91,10 +91,10 @@ def _timed_claims(window: _Window) -> Callable[[], None]:
     original = _store_port.StorePort.claim
 
     @functools.wraps(original)
-    async def claim(self: Any, worker_id: str, n: int) -> list[Job]:
+    async def claim(self: Any, worker_id: str, n: int, *args: Any, **kwargs: Any) -> list[Job]:
         t0 = time.perf_counter()
         try:
-            result: Awaitable[list[Job]] = original(self, worker_id, n)
+            result: Awaitable[list[Job]] = original(self, worker_id, n, *args, **kwargs)
             return await result
         finally:
             took = time.perf_counter() - t0

@@ -207,11 +207,19 @@ class FakePort:
         return id(self.db)
 
     async def claim(
-        self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
+        self,
+        worker_id: str,
+        n: int,
+        max_batch_payload_bytes: int | None = None,
+        *,
+        on_reply: Callable[[list[Job]], None] | None = None,
     ) -> list[Job]:
         # The byte bound is the SQL's (tests/sql/test_r_batch_payload_bytes.py pins it).
         await asyncio.sleep(self.db.claim_latency)
-        return self.db.claim(worker_id, n)
+        jobs = self.db.claim(worker_id, n)
+        if on_reply is not None:  # on the loop, as the async runner does
+            on_reply(jobs)
+        return jobs
 
     def abort_claim(self) -> None:
         pass  # the in-memory claim never waits on a peer

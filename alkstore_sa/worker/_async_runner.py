@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from sqlalchemy import Connection
@@ -54,7 +54,7 @@ class AsyncRunner:
     async def run(self, call: Call[T], *, atomic: bool = False) -> T:
         return await run_call(self._store, call, atomic=atomic)
 
-    async def claim(self, call: Call[T]) -> T:
+    async def claim(self, call: Call[T], on_reply: Callable[[T], None] | None = None) -> T:
         def tracked(conn: Connection) -> T:
             # Known while it runs, so abort_claim can break it.
             self._claiming = conn
@@ -63,7 +63,10 @@ class AsyncRunner:
             finally:
                 self._claiming = None
 
-        return await run_call(self._store, tracked)
+        result = await run_call(self._store, tracked)
+        if on_reply is not None:  # on the loop: async handlers start as tasks
+            on_reply(result)
+        return result
 
     def abort_claim(self) -> None:
         # Shut its socket down rather than cancel: a cancelled psycopg query

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import logging
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ from .._values.stamps import backoff_delay
 from ._bounded import bounded, cut
 from ._cancel import Running
 from ._completer import Settler
+from ._early_start import EarlyStart
 from ._handlers import exception_text, stored_error
 from ._heartbeats import Heartbeats
 from ._outcomes import Outcome
@@ -65,16 +67,52 @@ class Executor:
         shutdown gives it back unstarted (Q27: nothing new runs after a stop).
         """
         slot = Slot(job)
-        qs.held[slot.key] = slot
-        self._heartbeats.track(slot)  # a job waiting in ready keeps its claim too
         if (
             qs.busy < self._run.settings.concurrency
             and not qs.ready
             and not self._run.stopping.is_set()
         ):
-            self._launch(qs, slot)
+            self._begin(qs, slot)
+            self.adopt(qs, slot)
         else:
+            self._hold(slot, qs)
             qs.ready.append(slot)
+
+    def early_start(self, qs: QueueState, n: int) -> EarlyStart | None:
+        """For a claim of ``n`` jobs about to go out: what starts the first of them
+        where the claim's reply lands, in the slots free now (None: none is).
+
+        A ``Worker``'s claim runs on a thread of its own; started from there,
+        a handler runs before the event loop has even seen the reply (L1:
+        about 0.15 ms sooner than through the loop).  The producer then hands
+        what it started to ``adopt`` -- or nothing, the claim having failed.
+        """
+        room = self._run.settings.concurrency - qs.busy
+        if qs.ready or room <= 0:
+            return None  # jobs claimed ahead go first (claim order)
+        return EarlyStart(functools.partial(self._begin, qs), self._run.stopping, min(n, room))
+
+    def adopt(self, qs: QueueState, slot: Slot) -> None:
+        """Hold a job whose handler ``_begin`` started, and watch it in a task."""
+        self._hold(slot, qs)
+        self._watch(qs, slot)
+
+    def _watch(self, qs: QueueState, slot: Slot) -> None:
+        """Watch a started handler in a task, to its outcome."""
+        loop = self._run.loop
+        if slot.fut is None:  # starting it raised (e.g. calling an async handler did)
+            assert slot.start_error is not None
+            slot.fut = loop.create_future()
+            slot.fut.set_exception(slot.start_error)
+            slot.start_error = None
+        task = loop.create_task(self._execute(qs, slot), name=f"alkstore-job-{slot.job.id}")
+        slot.task = task
+        self._run.jobs.add(task)
+        task.add_done_callback(self._job_done)
+
+    def _hold(self, slot: Slot, qs: QueueState) -> None:
+        qs.held[slot.key] = slot
+        self._heartbeats.track(slot)  # a job waiting in ready keeps its claim too
 
     def _start_ready(self, qs: QueueState) -> None:
         """Fill free slots from the jobs claimed ahead (never after a stop: those go back)."""
@@ -85,30 +123,24 @@ class Executor:
                 qs.held.pop(slot.key, None)
                 self._completer.reports.lost(qs, slot, "before its handler started; not run")
                 continue
-            self._launch(qs, slot)
+            self._begin(qs, slot)
+            self._watch(qs, slot)
 
     def _free(self, qs: QueueState, slot: Slot) -> None:
         qs.free(slot, self._run.loop.time())
         self._start_ready(qs)
 
-    def _launch(self, qs: QueueState, slot: Slot) -> None:
-        """Take a concurrency slot, start the handler now, and watch it in a task."""
-        loop = self._run.loop
-        job = slot.job
+    def _begin(self, qs: QueueState, slot: Slot) -> None:
+        """Start ``slot``'s handler now, in a slot it takes.  Safe on any thread when
+        the port's ``start`` is (``early_start``): of the run's state it only
+        reads the observers, and takes the slot under ``busy_lock``."""
+        qs.take()  # before it runs: ``health().busy`` never counts it late
         slot.started = True
-        slot.started_at = loop.time()
-        qs.busy += 1
-        # The handler starts now, not on the task's first step: one loop pass sooner.
+        slot.started_at = self._run.loop.time()  # the monotonic clock: any thread
         try:
-            fut = qs.port.start(job, self._scope(slot))
-        except Exception as exc:  # e.g. calling an async handler raised: an outcome like any
-            fut = loop.create_future()
-            fut.set_exception(exc)
-        slot.fut = fut
-        task = loop.create_task(self._execute(qs, slot), name=f"alkstore-job-{job.id}")
-        slot.task = task
-        self._run.jobs.add(task)
-        task.add_done_callback(self._job_done)
+            slot.fut = qs.port.start(slot.job, self._scope(slot))
+        except Exception as exc:  # an outcome like any (``adopt`` makes it one)
+            slot.start_error = exc
 
     def _scope(self, slot: Slot) -> AbstractContextManager[object]:
         """The scope around the handler's run: ``job_cancelled()``'s (C1), then the

@@ -47,12 +47,21 @@ class QueuePort(Protocol):
         ...
 
     async def claim(
-        self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
+        self,
+        worker_id: str,
+        n: int,
+        max_batch_payload_bytes: int | None = None,
+        *,
+        on_reply: Callable[[list[Job]], None] | None = None,
     ) -> list[Job]:
         """Claim up to ``n`` due jobs for ``worker_id``, in claim order (Q8-Q12).
 
         ``max_batch_payload_bytes``: stop once their payloads add up to that
-        many bytes, but always take at least one.
+        many bytes, but always take at least one.  ``on_reply``: called once
+        with the very list this returns, as soon as the reply is in -- on
+        the thread that received it when ``start`` is safe there (a
+        ``Worker``'s claim thread), else on the loop -- so that handlers
+        start before the loop has seen the reply.
         """
         ...
 
@@ -133,6 +142,9 @@ class QueuePort(Protocol):
         self, job: Job, scope: AbstractContextManager[object] | None
     ) -> asyncio.Future[object]:
         """Start the queue's handler on ``job`` (just claimed); the future gets its outcome.
+
+        Called on the loop, or from ``claim``'s ``on_reply`` wherever the port
+        runs that.
 
         ``scope`` (the instrumentation's, e.g. a tracing span) is entered
         around the handler's run in its own thread or task.

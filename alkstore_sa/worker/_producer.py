@@ -58,6 +58,7 @@ from datetime import UTC, datetime
 
 from .._extras.instrument import notify
 from .._values.job import Job
+from ._early_start import EarlyStart
 from ._executor import Executor
 from ._state import QueueState, RunState, reraise_if_cancelled, wait_until
 
@@ -140,8 +141,9 @@ class Producer:
         qs = self._qs
         loop = self._run.loop
         started = loop.time()
+        early = self._executor.early_start(qs, n)
         try:
-            jobs = await self._bounded_claim(n)
+            jobs = await self._bounded_claim(n, early)
             took = min(loop.time() - started, SETTLE_CAP)
             qs.settle += (took - qs.settle) / 4  # a moving average of the claim's round trip
         except Exception as exc:
@@ -152,6 +154,11 @@ class Producer:
             self._succeeded()
         finally:
             qs.claiming -= n
+            # Handlers started where the reply landed run whatever became of
+            # the wait for it (abandoned late, cancelled): they are held like any.
+            begun = [] if early is None else early.close()
+            for slot in begun:
+                self._executor.adopt(qs, slot)
         wait = qs.binding.core.flow.rate_wait
         if wait is not None and len(jobs) < n:
             # F4: held back by the queue's rate or a group's: claim again when it allows one
@@ -160,7 +167,7 @@ class Producer:
         if jobs:
             for observer in self._run.observers:
                 notify(functools.partial(observer.claimed, qs.name, jobs), "claimed")
-        for job in jobs:
+        for job in jobs[len(begun) :]:  # ``early`` started the first of them
             self._executor.start(qs, job)
         if len(jobs) == n or (jobs and self._run.settings.max_batch_payload_bytes is not None):
             # A full batch: there may be more.  Under a byte bound a short
@@ -169,7 +176,7 @@ class Producer:
             qs.backlog = True
         qs.signal.set()
 
-    async def _bounded_claim(self, n: int) -> list[Job]:
+    async def _bounded_claim(self, n: int, early: EarlyStart | None) -> list[Job]:
         """The port's claim, abandoned after ``CLAIM_TIMEOUT`` (``TimeoutError``).
 
         Abandoned by breaking its connection (``abort_claim``), so the claim
@@ -193,7 +200,9 @@ class Producer:
                     bound.reschedule(loop.time() + ABORT_WAIT)
 
                 timer = loop.call_later(CLAIM_TIMEOUT, abandon)
-                return await port.claim(settings.worker_id, n, settings.max_batch_payload_bytes)
+                return await port.claim(
+                    settings.worker_id, n, settings.max_batch_payload_bytes, on_reply=early
+                )
         except Exception as exc:
             # After the abandon: the broken connection's error, or the
             # timeout's when even that did not end it.  A reply that came in

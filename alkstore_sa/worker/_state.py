@@ -7,6 +7,7 @@ import collections
 import contextlib
 import heapq
 import math
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import NamedTuple
@@ -131,6 +132,7 @@ class Slot:
     finishing: bool = False  # an outcome (ack/retry/fail/release) is under way
     lost: bool = False  # a heartbeat found the claim gone
     cancelled: bool = False  # C1: its row was cancelled (``job_cancelled()`` reads it)
+    start_error: Exception | None = None  # starting its handler raised (``Executor._begin``)
 
     @property
     def key(self) -> ClaimKey:
@@ -148,7 +150,11 @@ class QueueState:
     # succeeded after failures): a claim backoff ends now, from its floor.
     answered: bool = False
     backlog: bool = False  # the last claim came back full: refill in batches
-    busy: int = 0  # slots taken by running handlers
+    # Slots taken by running handlers.  Changed under ``busy_lock``: a
+    # ``Worker``'s claim thread takes slots too (``EarlyStart``), and
+    # ``health()`` reads it from any thread.
+    busy: int = 0
+    busy_lock: threading.Lock = field(default_factory=threading.Lock)
     claiming: int = 0  # slots reserved by the claim in flight
     free_since: float = math.inf  # loop time a slot first freed since the last claim
     settle: float = SETTLE_FIRST  # how long a backlog's free slot waits for company
@@ -200,11 +206,22 @@ class QueueState:
             came = True
         return came
 
+    def take(self) -> None:
+        """Take a concurrency slot for a handler about to start (any thread)."""
+        with self.busy_lock:
+            self.busy += 1
+
+    def running(self) -> int:
+        """How many handlers hold a slot now (any thread)."""
+        with self.busy_lock:
+            return self.busy
+
     def free(self, slot: Slot, now: float) -> None:
         """Give ``slot``'s concurrency slot back (once), and tell the producer."""
         if not slot.freed:
             slot.freed = True
-            self.busy -= 1
+            with self.busy_lock:
+                self.busy -= 1
             if self.free_since == math.inf:
                 self.free_since = now
             self.signal.set()

@@ -54,7 +54,7 @@ class Runner(Protocol):
 
     async def run(self, call: Call[T], *, atomic: bool = False) -> T: ...
 
-    async def claim(self, call: Call[T]) -> T: ...
+    async def claim(self, call: Call[T], on_reply: Callable[[T], None] | None = None) -> T: ...
 
     def abort_claim(self) -> None: ...
 
@@ -78,10 +78,15 @@ class StorePort:
         return id(self.runner.engine)
 
     async def claim(
-        self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
+        self,
+        worker_id: str,
+        n: int,
+        max_batch_payload_bytes: int | None = None,
+        *,
+        on_reply: Callable[[list[Job]], None] | None = None,
     ) -> list[Job]:
         call = self._queue.claim(worker_id, n, max_batch_payload_bytes)
-        return [] if call is None else await self.runner.claim(call)
+        return [] if call is None else await self.runner.claim(call, on_reply)
 
     def abort_claim(self) -> None:
         self.runner.abort_claim()

@@ -92,7 +92,7 @@ class Supervisor:
             return WorkerHealth(False, 0, 0, None, False, 0)
         return WorkerHealth(
             running=not run.stopping.is_set(),
-            busy=sum(qs.busy for qs in run.queues),
+            busy=sum(qs.running() for qs in run.queues),
             stuck=len(run.stuck),
             last_claim_at=run.last_claim_at,
             listener_connected=run.listening >= run.listeners > 0,

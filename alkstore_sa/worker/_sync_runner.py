@@ -68,20 +68,23 @@ class _HeldConnections:
         self._conns: dict[int, Connection] = {}
         self._busy: Connection | None = None  # the one a call runs on now, if any
 
-    def run(self, store: Store, call: Call[T]) -> T:
+    def run(self, store: Store, call: Call[T], on_reply: Callable[[T], None] | None = None) -> T:
         conn = self._conns.get(id(store))
         if conn is None:
             conn = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
             self._conns[id(store)] = conn
         self._busy = conn
         try:
-            return run_call(store, call, conn)
+            result = run_call(store, call, conn)
         except BaseException as exc:
             drop_if_read_only(conn, exc)  # 25006: never back into the pool
             self._drop(id(store))
             raise
         finally:
             self._busy = None
+        if on_reply is not None:
+            on_reply(result)
+        return result
 
     def abort(self) -> None:
         """Break the connection a call is blocked on (from any thread).
@@ -117,10 +120,13 @@ class _HotLane:
         self._held = _HeldConnections()
         self._lane: Lane | None = None
 
-    async def run(self, store: Store, call: Call[T]) -> T:
+    async def run(
+        self, store: Store, call: Call[T], on_reply: Callable[[T], None] | None = None
+    ) -> T:
+        """``call`` on the lane's thread; ``on_reply(result)`` there too, once it returned."""
         if self._lane is None:
             self._lane = Lane(asyncio.get_running_loop(), 1, self._name)
-        fut = self._lane.submit(functools.partial(self._held.run, store, call))
+        fut = self._lane.submit(functools.partial(self._held.run, store, call, on_reply))
         try:
             # Not shielded: a cancel cancels the lane's future too, and the
             # thread's outcome is then dropped (``Lane`` skips done futures).
@@ -152,7 +158,9 @@ class _Submit(Protocol):
 
 
 class _Hot(Protocol):
-    async def run(self, store: Store, call: Call[T]) -> T: ...
+    async def run(
+        self, store: Store, call: Call[T], on_reply: Callable[[T], None] | None = None
+    ) -> T: ...
 
     def abort(self) -> None: ...
 
@@ -168,8 +176,13 @@ class _Inline:
             fut.set_exception(exc)
         return fut
 
-    async def run(self, store: Store, call: Call[T]) -> T:
-        return run_call(store, call)
+    async def run(
+        self, store: Store, call: Call[T], on_reply: Callable[[T], None] | None = None
+    ) -> T:
+        result = run_call(store, call)
+        if on_reply is not None:
+            on_reply(result)
+        return result
 
     def abort(self) -> None:
         pass  # nothing runs beside the caller: nothing to break
@@ -195,6 +208,11 @@ class SyncLanes:
     @property
     def handlers(self) -> _Submit:
         return self._inline or self._lanes.handlers
+
+    def make_handlers(self) -> None:
+        """Make the handlers' lane now, if it is not made yet (it needs the running loop)."""
+        if self._runs is not None:
+            _ = self._runs.handlers  # the property makes it
 
     @property
     def _lanes(self) -> RunLanes:
@@ -229,8 +247,15 @@ class SyncRunner:
         result: T = await self._lanes.db.submit(fn)
         return result
 
-    async def claim(self, call: Call[T]) -> T:
-        return await self._lanes.claims.run(self._store, call)
+    async def claim(self, call: Call[T], on_reply: Callable[[T], None] | None = None) -> T:
+        if on_reply is None or self._pool is not None:
+            # A process pool's ``run`` wraps futures for the running loop: on the loop.
+            result = await self._lanes.claims.run(self._store, call)
+            if on_reply is not None:
+                on_reply(result)
+            return result
+        self._lanes.make_handlers()  # on the loop: ``on_reply`` submits to it off the loop
+        return await self._lanes.claims.run(self._store, call, on_reply)
 
     def abort_claim(self) -> None:
         self._lanes.claims.abort()

@@ -16,7 +16,8 @@ import signal
 import time
 from typing import Any
 
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, text
+from sqlalchemy.pool import NullPool
 
 from alkstore_sa import FailJob, Job, SnoozeJob, Store, Worker
 
@@ -38,14 +39,35 @@ def hold(job: Job) -> None:
     The rate is the best of three short sums: one slowed by a busy machine
     (CI runs the suite two processes to a core) would size the long sum short.
     """
-    seconds = _ran(job)["seconds"]
+    args = _ran(job)
     n = 1_000_000
     best = math.inf
     for _ in range(3):
         began = time.perf_counter()
         sum(range(n))
         best = min(best, time.perf_counter() - began)
-    sum(range(int(n / max(best, 1e-6) * seconds)))
+    sum(range(int(n / max(best, 1e-6) * args["seconds"])))
+    _lease_at_end(job, args)
+
+
+def _lease_at_end(job: Job, args: dict[str, Any]) -> None:
+    """Append ``held`` or ``lapsed``: whether the job's claim was still unexpired in the
+    database when its handler finished (heartbeats extend it while it runs; a
+    lapsed one may be buried already, Q12)."""
+    engine = create_engine(args["url"], poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            held = conn.execute(
+                text(
+                    "SELECT EXISTS (SELECT FROM alkstore.jobs"
+                    " WHERE id = :id AND claim_deadline > clock_timestamp())"
+                ),
+                {"id": job.id},
+            ).scalar_one()
+    finally:
+        engine.dispose()
+    with open(args["path"] + ".lease", "a") as f:
+        f.write("held\n" if held else "lapsed\n")
 
 
 def die_once(job: Job) -> None:

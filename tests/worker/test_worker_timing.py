@@ -14,6 +14,7 @@ import asyncio
 import functools
 import itertools
 import logging
+from collections.abc import Callable
 
 import pytest
 
@@ -714,14 +715,19 @@ class _SilentClaimPort(FakePort):
         self._hung: asyncio.Future[None] | None = None
 
     async def claim(
-        self, worker_id: str, n: int, max_batch_payload_bytes: int | None = None
+        self,
+        worker_id: str,
+        n: int,
+        max_batch_payload_bytes: int | None = None,
+        *,
+        on_reply: Callable[[list[Job]], None] | None = None,
     ) -> list[Job]:
         loop = asyncio.get_running_loop()
         self.started.append(loop.time())
         if len(self.started) == 1:
             self._hung = loop.create_future()
             await self._hung  # a reply that never comes
-        return await super().claim(worker_id, n, max_batch_payload_bytes)
+        return await super().claim(worker_id, n, max_batch_payload_bytes, on_reply=on_reply)
 
     def abort_claim(self) -> None:
         self.aborted.append(asyncio.get_running_loop().time())
