@@ -192,13 +192,57 @@ class Listener(_ListenLoop):
     async def _listen_once(self) -> None:
         conn = await psycopg.AsyncConnection.connect(await self._conninfo(), autocommit=True)
         self._conn = conn
+        # What psycopg reads itself (answering LISTEN or a probe) comes here.
+        conn.add_notify_handler(self._notified)
         for channel in self._channels:
             await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         self._established_now()
         while True:
-            async for note in conn.notifies(timeout=LIVENESS_INTERVAL):
-                self._wake(note.channel, note.payload)
+            await self._read_for(conn, LIVENESS_INTERVAL)
             await _probe(conn.execute("SELECT 1"), driver_fd(conn))
+
+    def _notified(self, note: psycopg.Notify) -> None:
+        self._wake(note.channel, note.payload)
+
+    async def _read_for(self, conn: psycopg.AsyncConnection[Any], seconds: float) -> None:
+        """Wake on every notification for ``seconds``; raise if the connection breaks.
+
+        A reader on the socket, called by the loop as data arrives, rather
+        than ``conn.notifies()``: psycopg's generator hands each notification
+        over through a waiting task and then re-arms its wait (a task, a
+        reader removed and added), a loop pass or two of work before the
+        producer hears of it, all of it ahead of the claim thread (L1).
+        """
+        loop = asyncio.get_running_loop()
+        pgconn = conn.pgconn
+        fd = pgconn.socket
+        encoding = conn.info.encoding
+        broken: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            notes = []
+            try:
+                pgconn.consume_input()
+                while (note := pgconn.notifies()) is not None:
+                    notes.append(note)
+            except Exception as exc:  # the connection is gone (EOF, reset, ...)
+                loop.remove_reader(fd)
+                if not broken.done():
+                    broken.set_exception(exc)
+                return
+            for note in notes:
+                self._wake(note.relname.decode(encoding), note.extra.decode(encoding))
+
+        loop.add_reader(fd, readable)
+        try:
+            readable()  # anything libpq already holds
+            done, _ = await asyncio.wait({broken}, timeout=seconds)
+            if done:
+                broken.result()
+        finally:
+            loop.remove_reader(fd)
+            if broken.done():
+                broken.exception()  # retrieved, when a cancel came first
 
     async def _close(self) -> None:
         conn, self._conn = self._conn, None
