@@ -207,11 +207,9 @@ class Listener(_ListenLoop):
     async def _read_for(self, conn: psycopg.AsyncConnection[Any], seconds: float) -> None:
         """Wake on every notification for ``seconds``; raise if the connection breaks.
 
-        A reader on the socket, called by the loop as data arrives, rather
-        than ``conn.notifies()``: psycopg's generator hands each notification
-        over through a waiting task and then re-arms its wait (a task, a
-        reader removed and added), a loop pass or two of work before the
-        producer hears of it, all of it ahead of the claim thread (L1).
+        A reader the loop calls as data arrives, not ``conn.notifies()``,
+        whose generator hands each notification over through a waiting task
+        and re-arms its wait: a loop pass or two ahead of the claim (L1).
         """
         loop = asyncio.get_running_loop()
         pgconn = conn.pgconn
