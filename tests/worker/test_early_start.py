@@ -57,14 +57,15 @@ class _ReplyPort(FakePort):
         *,
         on_reply: Callable[[list[Job]], None] | None = None,
     ) -> list[Job]:
-        await asyncio.sleep(self.db.claim_latency)
-        self._in_claim = True
-        try:
-            jobs = self.db.claim(worker_id, n)
-            if on_reply is not None:
-                on_reply(jobs)
-        finally:
-            self._in_claim = False
+        def reply(jobs: list[Job]) -> None:
+            self._in_claim = True
+            try:
+                if on_reply is not None:
+                    on_reply(jobs)
+            finally:
+                self._in_claim = False
+
+        jobs = await super().claim(worker_id, n, max_batch_payload_bytes, on_reply=reply)
         if self._fail_after_reply and jobs:
             self._fail_after_reply = False
             raise ConnectionError("the wait for the reply failed after it came in")
