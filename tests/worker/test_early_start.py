@@ -94,10 +94,19 @@ def test_q26_the_free_slots_handlers_start_from_the_claims_reply() -> None:
     async def scenario() -> None:
         db = FakeDB(asyncio.get_running_loop())
         ids = [db.enqueue(notify=False) for _ in range(5)]
-        port = _ReplyPort(db, _sleeper(1.0))
+        running = [0, 0]  # now, most at once
+
+        async def counted(job: Job) -> None:
+            running[0] += 1
+            running[1] = max(running)
+            await asyncio.sleep(1.0)
+            running[0] -= 1
+
+        port = _ReplyPort(db, counted)
         sup = Supervisor(settings(concurrency=2, poll_interval=60.0))
         await run_for(sup, [_bound(db, port)], FakeBackend(listen_after=0.0), stop_at=4.0)
         # Two slots, two jobs a claim, each started from its reply; never more than two run.
+        assert running[1] == 2
         assert port.started_in_claim[:2] == [(ids[0], True), (ids[1], True)]
         assert all(in_claim for _, in_claim in port.started_in_claim)
         assert sorted(i for i, _ in port.started_in_claim) == ids
