@@ -10,6 +10,7 @@ re-poll to fall back on: one lost wake leaves its job unclaimed.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from sqlalchemy import URL
@@ -38,10 +39,10 @@ def test_q26_a_notification_during_the_listeners_probe_still_wakes_it(
     async def async_note(job: Job) -> None:
         note(job)
 
-    def build(s: object) -> Worker | AsyncWorker:
+    def build(s: Any) -> Worker | AsyncWorker:
         if kind == "sync":
-            return Worker({s.queue("probe"): note}, poll_interval=3600.0)  # type: ignore[attr-defined]
-        return AsyncWorker({s.queue("probe"): async_note}, poll_interval=3600.0)  # type: ignore[attr-defined]
+            return Worker({s.queue("probe"): note}, poll_interval=3600.0)
+        return AsyncWorker({s.queue("probe"): async_note}, poll_interval=3600.0)
 
     running = start_worker(kind, database_url, build)
     try:
