@@ -185,6 +185,10 @@ def aware_datetime(value: object, what: str) -> datetime:
 
 
 def payload(value: object, what: str = "payload") -> bytes:
+    # Run for every payload of an enqueue_many: bytes, the usual case, returns
+    # at once (``bytes | bytearray | memoryview`` builds a union on each call).
+    if type(value) is bytes:
+        return value
     if not isinstance(value, bytes | bytearray | memoryview):
         raise TypeError(
             f"{what} must be bytes-like (bytes, bytearray, memoryview), got {value!r:.80}"
