@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Iterable
 from contextvars import ContextVar, Token
 from typing import Protocol
@@ -36,6 +37,9 @@ __all__ = ["PREFIX", "Cancels", "Running", "job_cancelled"]
 log = logging.getLogger("alkstore_sa.worker")
 
 PREFIX = "cancel:"  # the control channel's cancel messages: ``cancel:<id>,<id>...``
+# How long a notified id is remembered for a claim whose reply was still on its
+# way (committed before the cancel, held after it): far longer than any claim.
+REMEMBERED_FOR = 60.0
 
 
 class _Cancellable(Protocol):
@@ -96,14 +100,32 @@ class Cancels:
     def __init__(self, run: RunState, reports: Reports) -> None:
         self._run = run
         self._reports = reports
+        self._recent: dict[int, float] = {}  # notified id -> when (monotonic), oldest first
 
     def notified(self, payload: str, queues: Iterable[QueueState]) -> None:
         """A control channel notification (the listener's), for the queues of its store
         (ids are unique per schema only)."""
         ids = cancel_ids(payload)
         if ids:
+            self._remember(ids)
             for qs in queues:
                 self.cancel(qs, ids)
+
+    def held(self, qs: QueueState, slot: Slot) -> None:
+        """A job just held (started, or waiting in ``ready``): stopped if its cancel
+        came while its claim's reply was on its way to this run."""
+        if slot.job.id in self._recent:
+            self._stop(qs, slot)
+
+    def _remember(self, ids: set[int]) -> None:
+        now = time.monotonic()
+        for job_id in ids:
+            self._recent.pop(job_id, None)
+            self._recent[job_id] = now
+        for job_id, at in list(self._recent.items()):
+            if at > now - REMEMBERED_FOR:
+                break
+            del self._recent[job_id]
 
     def cancel(self, qs: QueueState, ids: set[int]) -> None:
         """Stop the jobs of ``qs`` among ``ids`` that this run holds."""
@@ -126,5 +148,8 @@ class Cancels:
             return
         fut = slot.fut
         if isinstance(fut, asyncio.Task):  # an async handler: CancelledError in it
-            fut.cancel()
+            # After the task's first step, which is already due: a task cancelled
+            # before it would leave the handler's coroutine never awaited (a
+            # RuntimeWarning), as when a claim's reply starts a job just cancelled.
+            self._run.loop.call_soon(fut.cancel)
         log.debug("job %d on %s: cancelled while running", slot.job.id, qs.name)

@@ -32,7 +32,7 @@ import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 
 from .._values import validate as v
@@ -59,6 +59,9 @@ class Executor:
         self._run = run
         self._heartbeats = heartbeats
         self._completer = completer
+        # C1: told of each job once held (started or in ``ready``); the supervisor's
+        # ``Cancels.held`` stops one whose cancel came while its claim was in flight.
+        self.on_held: Callable[[QueueState, Slot], None] = lambda qs, slot: None
 
     def start(self, qs: QueueState, job: Job) -> None:
         """Hold a claimed job: start its handler in a free slot, else queue it in ``ready``.
@@ -77,6 +80,7 @@ class Executor:
         else:
             self._hold(slot, qs)
             qs.ready.append(slot)
+            self.on_held(qs, slot)
 
     def early_start(self, qs: QueueState, n: int) -> EarlyStart | None:
         """For a claim of ``n`` jobs about to go out: what starts the first of them
@@ -96,6 +100,7 @@ class Executor:
         """Hold a job whose handler ``_begin`` started, and watch it in a task."""
         self._hold(slot, qs)
         self._watch(qs, slot)
+        self.on_held(qs, slot)
 
     def _watch(self, qs: QueueState, slot: Slot) -> None:
         """Watch a started handler in a task, to its outcome."""

@@ -135,6 +135,7 @@ class Supervisor:
         executor = Executor(run, heartbeats, completer)
         cancels = Cancels(run, completer.reports)  # C1: told by the listener, or heartbeats
         heartbeats.on_gone = cancels.cancel
+        executor.on_held = cancels.held
         throughput = Throughput(run)
         background = [
             loop.create_task(completer.run(), name="alkstore-completer"),

@@ -9,7 +9,10 @@ End to end over PostgreSQL: ``test_c1_worker_cancel.py``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -17,7 +20,7 @@ from alkstore_sa import Job
 from alkstore_sa.worker._supervisor import Supervisor
 
 from .. import _fakeclock
-from .._fakebackend import FakeBackend, FakeDB, bind, run_for, settings
+from .._fakebackend import FakeBackend, FakeDB, FakePort, bind, run_for, settings
 
 CONTROL = "alkstore.alkstore.control"
 
@@ -130,6 +133,89 @@ def test_c1_a_job_claimed_ahead_and_not_started_is_dropped_unrun(
     _run(scenario())
     [record] = _cancelled(caplog)
     assert "claimed ahead, not run" in record.getMessage()
+
+
+class _SlowReply(FakePort):
+    """A claim that commits at once and whose reply then takes 0.2 s to arrive."""
+
+    async def claim(
+        self,
+        worker_id: str,
+        n: int,
+        max_batch_payload_bytes: int | None = None,
+        *,
+        on_reply: Callable[[list[Job]], None] | None = None,
+    ) -> list[Job]:
+        jobs = self.db.claim(worker_id, n)
+        await asyncio.sleep(0.2)
+        if on_reply is not None:
+            on_reply(jobs)
+        return jobs
+
+
+def _in_flight_cancel(handler: Callable[[Job], Any], ids: list[int], *, ahead: bool) -> None:
+    """Enqueue a job at 0.5 and cancel it at 0.6, while the claim that took it at 0.5
+    is still replying (held at 0.7).  ``ahead``: a short job ran first (from then on
+    the run claims ahead) and the claim at 0.5 takes a long one with it, so the
+    cancelled job waits in ``ready``.  ``ids``: filled in enqueue order."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        db = FakeDB(loop)
+        backend = FakeBackend(listen_after=0.0)
+
+        def enqueue() -> None:
+            ids.extend([db.enqueue(notify=False)] if ahead else [])
+            ids.append(db.enqueue())
+
+        def cancel() -> None:
+            db.cancel(ids[-1])
+            backend.notify(CONTROL, f"cancel:{ids[-1]}")
+
+        if ahead:
+            ids.append(db.enqueue(notify=False))
+        loop.call_at(0.5, enqueue)
+        loop.call_at(0.6, cancel)
+        binding = dataclasses.replace(bind(db, handler), port=_SlowReply(db, handler))
+        await run_for(Supervisor(settings(concurrency=1)), [binding], backend, stop_at=3.0)
+        assert db.times("release") == [] and db.times("retry") == []
+        acked = [claim[0] for c in db.calls if c.op == "ack" for claim in c.args]
+        assert ids[-1] not in acked  # nothing is acked for it
+
+    _run(scenario())
+
+
+def test_c1_a_cancel_while_the_claim_replies_drops_the_job_claimed_ahead_unrun(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="alkstore_sa.worker")
+    ids: list[int] = []
+    ran: list[int] = []
+
+    async def handler(job: Job) -> None:
+        ran.append(job.id)
+        await asyncio.sleep(0.001 if job.id == ids[0] else 1.0)
+
+    _in_flight_cancel(handler, ids, ahead=True)
+    short, long, _cancelled_id = ids
+    assert ran == [short, long]  # never the cancelled one
+    [record] = _cancelled(caplog)
+    assert "claimed ahead, not run" in record.getMessage()
+
+
+def test_c1_a_cancel_while_the_claim_replies_stops_the_job_started_from_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="alkstore_sa.worker")
+    finished: list[int] = []
+
+    async def handler(job: Job) -> None:
+        await asyncio.sleep(1.0)
+        finished.append(job.id)
+
+    _in_flight_cancel(handler, [], ahead=False)
+    assert finished == []
+    assert len(_cancelled(caplog)) == 1
 
 
 def test_c1_a_cancel_after_the_ack_changes_nothing() -> None:
