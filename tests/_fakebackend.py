@@ -61,6 +61,7 @@ class FakeDB:
     fail_next: dict[str, int] = field(default_factory=dict)  # op -> how many calls fail
     wake: Callable[[str], None] | None = None  # the listener's, once it listens
     claim_latency: float = 0.0  # how long a claim's round trip takes (virtual seconds)
+    reply_latency: float = 0.0  # how long its reply then takes, the claim committed (C1)
     expired: set[int] = field(default_factory=set)  # ids whose expires_at has passed
     paused: bool = False  # O4: claims get nothing
     schema_missing: bool = False  # B5: check_schema raises SchemaMissingError
@@ -217,6 +218,8 @@ class FakePort:
         # The byte bound is the SQL's (tests/sql/test_r_batch_payload_bytes.py pins it).
         await asyncio.sleep(self.db.claim_latency)
         jobs = self.db.claim(worker_id, n)
+        if self.db.reply_latency:
+            await asyncio.sleep(self.db.reply_latency)
         if on_reply is not None:  # on the loop, as the async runner does
             on_reply(jobs)
         return jobs

@@ -122,7 +122,8 @@ class Cancels:
         for job_id in ids:
             self._recent.pop(job_id, None)
             self._recent[job_id] = now
-        for job_id, at in list(self._recent.items()):
+        while self._recent:  # oldest first: drop those past their minute
+            job_id, at = next(iter(self._recent.items()))
             if at > now - REMEMBERED_FOR:
                 break
             del self._recent[job_id]

@@ -9,7 +9,6 @@ End to end over PostgreSQL: ``test_c1_worker_cancel.py``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,7 @@ from alkstore_sa import Job
 from alkstore_sa.worker._supervisor import Supervisor
 
 from .. import _fakeclock
-from .._fakebackend import FakeBackend, FakeDB, FakePort, bind, run_for, settings
+from .._fakebackend import FakeBackend, FakeDB, bind, run_for, settings
 
 CONTROL = "alkstore.alkstore.control"
 
@@ -135,24 +134,6 @@ def test_c1_a_job_claimed_ahead_and_not_started_is_dropped_unrun(
     assert "claimed ahead, not run" in record.getMessage()
 
 
-class _SlowReply(FakePort):
-    """A claim that commits at once and whose reply then takes 0.2 s to arrive."""
-
-    async def claim(
-        self,
-        worker_id: str,
-        n: int,
-        max_batch_payload_bytes: int | None = None,
-        *,
-        on_reply: Callable[[list[Job]], None] | None = None,
-    ) -> list[Job]:
-        jobs = self.db.claim(worker_id, n)
-        await asyncio.sleep(0.2)
-        if on_reply is not None:
-            on_reply(jobs)
-        return jobs
-
-
 def _in_flight_cancel(handler: Callable[[Job], Any], ids: list[int], *, ahead: bool) -> None:
     """Enqueue a job at 0.5 and cancel it at 0.6, while the claim that took it at 0.5
     is still replying (held at 0.7).  ``ahead``: a short job ran first (from then on
@@ -161,7 +142,7 @@ def _in_flight_cancel(handler: Callable[[Job], Any], ids: list[int], *, ahead: b
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
-        db = FakeDB(loop)
+        db = FakeDB(loop, reply_latency=0.2)
         backend = FakeBackend(listen_after=0.0)
 
         def enqueue() -> None:
@@ -176,8 +157,9 @@ def _in_flight_cancel(handler: Callable[[Job], Any], ids: list[int], *, ahead: b
             ids.append(db.enqueue(notify=False))
         loop.call_at(0.5, enqueue)
         loop.call_at(0.6, cancel)
-        binding = dataclasses.replace(bind(db, handler), port=_SlowReply(db, handler))
-        await run_for(Supervisor(settings(concurrency=1)), [binding], backend, stop_at=3.0)
+        await run_for(
+            Supervisor(settings(concurrency=1)), [bind(db, handler)], backend, stop_at=3.0
+        )
         assert db.times("release") == [] and db.times("retry") == []
         acked = [claim[0] for c in db.calls if c.op == "ack" for claim in c.args]
         assert ids[-1] not in acked  # nothing is acked for it
